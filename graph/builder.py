@@ -1,0 +1,138 @@
+"""`build_graph`: the loop's `StateGraph`, wired as DESIGN §3 draws it.
+
+    START → assemble_context → call_model ─┬─ tool calls → dispatch_tools (one Send per call) ─┐
+                 ↑                          │                                                   │
+                 └──────────────────────────┼───────────────────────────────────────────────────┘
+                                            └─ otherwise → extract_memory → finish_turn → END
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph._internal._runnable import RunnableCallable
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.store.base import BaseStore
+from langgraph.types import Command, Send
+
+from graph.config import LoopConfig
+from graph.env import SessionEnv
+from graph.state import LoopState, TurnInput
+from nodes.context import make_assemble_context
+from nodes.extraction import make_extract_memory
+from nodes.loop import Loop
+from nodes.model_call import make_call_model
+from nodes.tools import make_dispatch_tools
+from nodes.transcript import pending_tool_calls
+from nodes.turn_end import make_finish_turn
+
+ASSEMBLE, CALL, DISPATCH, EXTRACT, FINISH = (
+    "assemble_context",
+    "call_model",
+    "dispatch_tools",
+    "extract_memory",
+    "finish_turn",
+)
+
+
+def _sends(calls: list[dict]) -> list[Send]:
+    # The Send carries only the call; ToolNode reads the state it needs itself,
+    # which keeps the task payload O(1) instead of O(transcript).
+    return [Send(DISPATCH, [call]) for call in calls]
+
+
+def route_after_model(sequential: bool):
+    def route_after_model(state: dict) -> list[Send] | str:
+        """Run the requested tool calls, or end the turn."""
+        pending = pending_tool_calls(state["messages"])
+        if not pending:
+            return EXTRACT
+        return _sends(pending[:1] if sequential else pending)
+
+    return route_after_model
+
+
+def route_after_tools(state: dict) -> list[Send] | str:
+    """Sequential mode: the next call of the batch, in order, or back to the model."""
+    pending = pending_tool_calls(state["messages"])
+    return _sends(pending[:1]) if pending else ASSEMBLE
+
+
+class NothingToResumeError(ValueError):
+    """`invoke(None, thread)` on a thread with no interrupted turn."""
+
+
+def check_turn_input(input: Any) -> None:
+    """A new turn must bring at least one message (a `Command` or `None` resumes instead)."""
+    if input is None or isinstance(input, Command):
+        return
+    messages = input.get("messages") if isinstance(input, dict) else None
+    if not messages:
+        raise ValueError("turn input: 'messages' must hold at least one message")
+
+
+def _nothing_to_resume(config: RunnableConfig | None) -> NothingToResumeError:
+    thread = ((config or {}).get("configurable") or {}).get("thread_id")
+    return NothingToResumeError(
+        f"thread {thread!r} has no interrupted turn to resume; send a message to start one"
+    )
+
+
+class CyreneGraph(CompiledStateGraph):
+    """The compiled loop. It checks a run's input at the boundary, so an empty
+    turn or a resume with nothing to resume fails with a plain `ValueError`
+    before any node runs; everything else is LangGraph's."""
+
+    def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator:
+        check_turn_input(input)
+        # Without a saver of its own (Studio injects one per run) LangGraph decides.
+        if input is None and self.checkpointer and not self.get_state(config or {}).next:
+            raise _nothing_to_resume(config)
+        return super().stream(input, config, **kwargs)
+
+    async def astream(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator:
+        check_turn_input(input)
+        if input is None and self.checkpointer and not (await self.aget_state(config or {})).next:
+            raise _nothing_to_resume(config)
+        async for chunk in super().astream(input, config, **kwargs):
+            yield chunk
+
+
+def build_graph(
+    config: LoopConfig,
+    checkpointer: BaseCheckpointSaver | None = None,
+    *,
+    store: BaseStore | None = None,
+    name: str = "cyrene",
+) -> CompiledStateGraph:
+    """Compile the loop for `config`; pass a saver from `open_checkpointer` for durable sessions."""
+    loop = Loop.from_config(config)
+    sequential = config.tool_execution == "sequential"
+    graph: StateGraph[Any, SessionEnv, Any, Any] = StateGraph(
+        LoopState, context_schema=SessionEnv, input_schema=TurnInput
+    )
+    graph.add_node(ASSEMBLE, make_assemble_context(loop))
+    graph.add_node(CALL, RunnableCallable(*make_call_model(loop), name=CALL, trace=False))
+    graph.add_node(DISPATCH, make_dispatch_tools(loop))
+    graph.add_node(EXTRACT, make_extract_memory(loop))
+    graph.add_node(FINISH, make_finish_turn(loop))
+    graph.add_edge(START, ASSEMBLE)
+    graph.add_edge(ASSEMBLE, CALL)
+    graph.add_conditional_edges(CALL, route_after_model(sequential), [DISPATCH, EXTRACT])
+    if sequential:
+        graph.add_conditional_edges(DISPATCH, route_after_tools, [DISPATCH, ASSEMBLE])
+    else:
+        graph.add_edge(DISPATCH, ASSEMBLE)
+    graph.add_edge(EXTRACT, FINISH)
+    graph.add_edge(FINISH, END)
+    compiled = graph.compile(checkpointer=checkpointer, store=store, name=name)
+    # Tool calls of one batch run as parallel tasks of one superstep; this caps
+    # them. `copy` is how LangGraph itself re-classes a compiled graph.
+    attrs = {k: v for k, v in compiled.__dict__.items() if k != "__orig_class__"}
+    return CyreneGraph(**attrs).with_config(max_concurrency=config.tool_parallelism)

@@ -1,0 +1,149 @@
+"""Wake-style progressive capability (the seed's `capacity.Decider`).
+
+Tools are grouped in tiers. A session starts with the first tier awake; a tier
+wakes when the user's message matches one of its triggers, or when the model
+calls one of its tools anyway (the filter is a view, not a wall); a tier with
+`decay_turns` falls asleep again after that many turns without use. Tools that
+no tier lists are always advertised.
+
+Pure data and functions: the awake set lives in graph state as
+`{tier name: turn number of its last wake or use}`, so it is checkpointed and
+per session; nodes call `CapacityPolicy.step` and report the events it returns.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+REGEX_PREFIX = "re:"
+
+
+class Tier(BaseModel):
+    """A named group of tools that wake together.
+
+    `triggers` are plain substrings (case-insensitive), or regular expressions
+    when written as `"re:<pattern>"` or given as compiled patterns.
+    """
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    name: str = Field(min_length=1)
+    tools: tuple[str, ...] = ()
+    triggers: tuple[str | re.Pattern[str], ...] = ()
+    decay_turns: int | None = Field(default=None, gt=0)
+
+    @field_validator("triggers", mode="after")
+    @classmethod
+    def _compile(cls, triggers: tuple[str | re.Pattern[str], ...], info: Any) -> tuple:
+        compiled: list[str | re.Pattern[str]] = []
+        for trigger in triggers:
+            if isinstance(trigger, str) and trigger.startswith(REGEX_PREFIX):
+                try:
+                    trigger = re.compile(trigger[len(REGEX_PREFIX) :], re.IGNORECASE)
+                except re.error as exc:
+                    name = info.data.get("name", "?")
+                    raise ValueError(
+                        f"capacity tier {name!r}: trigger {trigger!r} is not a valid "
+                        f"regular expression ({exc})"
+                    ) from exc
+            compiled.append(trigger)
+        return tuple(compiled)
+
+    def triggered_by(self, text: str) -> bool:
+        folded = text.casefold()
+        return any(
+            t.search(text) if isinstance(t, re.Pattern) else t.casefold() in folded
+            for t in self.triggers
+        )
+
+
+@dataclass(frozen=True)
+class CapacityEvent:
+    """A tier waking up or falling asleep."""
+
+    kind: Literal["capacity_awaken", "capacity_sleep"]
+    tier: str
+    reason: Literal["start", "trigger", "use", "decay"]
+    turn: int
+    session_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class CapacityPolicy(BaseModel):
+    """The tiers of a loop; the first one is awake from the start and never decays."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tiers: tuple[Tier, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> CapacityPolicy:
+        names = [t.name for t in self.tiers]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"capacity: tier names must be unique, repeated: {dupes}")
+        return self
+
+    def check_tools(self, known: Iterable[str]) -> None:
+        """Fail naming the tier when it lists a tool the loop does not have."""
+        known = set(known)
+        for tier in self.tiers:
+            unknown = sorted(set(tier.tools) - known)
+            if unknown:
+                raise ValueError(f"capacity tier {tier.name!r}: unknown tools {unknown}")
+
+    def tier_of(self, tool: str) -> Tier | None:
+        return next((t for t in self.tiers if tool in t.tools), None)
+
+    def advertised(self, awake: Mapping[str, int], tools: Iterable[str]) -> list[str]:
+        """Tool names to bind: those of awake tiers plus those no tier gates."""
+        return [
+            name
+            for name in tools
+            if (tier := self.tier_of(name)) is None or tier.name in awake
+        ]
+
+    def step(
+        self,
+        awake: Mapping[str, int] | None,
+        *,
+        turn: int,
+        user_text: str | None = None,
+        used_tools: Iterable[str] = (),
+    ) -> tuple[dict[str, int], list[CapacityEvent]]:
+        """Advance the awake set: start, decay, triggers (when `user_text` is given), use."""
+        state = dict(awake or {})
+        events: list[CapacityEvent] = []
+        first = self.tiers[0].name
+        if first not in state:
+            state[first] = turn
+            events.append(CapacityEvent("capacity_awaken", first, "start", turn))
+        if user_text is not None:
+            for tier in self.tiers[1:]:
+                if (
+                    tier.decay_turns
+                    and tier.name in state
+                    and turn - state[tier.name] > tier.decay_turns
+                ):
+                    del state[tier.name]
+                    events.append(CapacityEvent("capacity_sleep", tier.name, "decay", turn))
+            for tier in self.tiers:
+                if tier.triggered_by(user_text):
+                    if tier.name not in state:
+                        events.append(CapacityEvent("capacity_awaken", tier.name, "trigger", turn))
+                    state[tier.name] = turn
+        for tool in used_tools:
+            tier = self.tier_of(tool)
+            if tier is None:
+                continue
+            if tier.name not in state:
+                events.append(CapacityEvent("capacity_awaken", tier.name, "use", turn))
+            state[tier.name] = turn
+        return state, events

@@ -1,0 +1,101 @@
+"""`open_checkpointer(url)`: one URL, a sync or async saver, closed on exit.
+
+    with open_checkpointer("sqlite:///.cyrene/checkpoints.db") as saver: ...   # invoke / stream
+    async with open_checkpointer("sqlite:///.cyrene/checkpoints.db") as saver: ...  # ainvoke / astream
+
+Schemes: `memory` (in-process), `sqlite:///relative/path` or `sqlite:////abs/path`
+(the embedded default), `postgresql://…` (scale-out; needs the `postgres` extra).
+Tables are created on entry, so a fresh database works at once.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, ExitStack, AsyncExitStack
+from pathlib import Path
+from types import TracebackType
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+
+SQLITE_PREFIX = "sqlite:///"
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+
+
+def sqlite_path(url: str) -> Path:
+    """The file a `sqlite:///…` URL names, with its folder created."""
+    path = Path(url[len(SQLITE_PREFIX) :])
+    if not str(path) or str(path) == ".":
+        raise ValueError(f"checkpoint URL {url!r}: no database path after 'sqlite:///'")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class open_checkpointer(AbstractContextManager, AbstractAsyncContextManager):  # noqa: N801
+    """A checkpointer for `url`, usable with `with` (sync saver) or `async with` (async saver)."""
+
+    def __init__(self, url: str) -> None:
+        url = url.strip()
+        if not (url == "memory" or url.startswith(SQLITE_PREFIX) or url.startswith(POSTGRES_PREFIXES)):
+            raise ValueError(
+                f"checkpoint URL {url!r}: expected 'memory', 'sqlite:///path' or 'postgresql://…'"
+            )
+        self.url = url
+        self._stack: ExitStack | None = None
+        self._astack: AsyncExitStack | None = None
+
+    def __enter__(self) -> BaseCheckpointSaver:
+        self._stack = ExitStack()
+        if self.url == "memory":
+            return InMemorySaver()
+        if self.url.startswith(SQLITE_PREFIX):
+            from langgraph.checkpoint.sqlite import SqliteSaver
+
+            saver = self._stack.enter_context(SqliteSaver.from_conn_string(str(sqlite_path(self.url))))
+        else:
+            saver = self._stack.enter_context(_postgres().from_conn_string(self.url))
+        saver.setup()
+        return saver
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._stack is not None:
+            self._stack.close()
+
+    async def __aenter__(self) -> BaseCheckpointSaver:
+        self._astack = AsyncExitStack()
+        if self.url == "memory":
+            return InMemorySaver()
+        if self.url.startswith(SQLITE_PREFIX):
+            from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+            saver = await self._astack.enter_async_context(
+                AsyncSqliteSaver.from_conn_string(str(sqlite_path(self.url)))
+            )
+        else:
+            saver = await self._astack.enter_async_context(
+                _postgres(asynchronous=True).from_conn_string(self.url)
+            )
+        await saver.setup()
+        return saver
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._astack is not None:
+            await self._astack.aclose()
+
+
+def _postgres(asynchronous: bool = False):
+    try:
+        if asynchronous:
+            from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+            return AsyncPostgresSaver
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        return PostgresSaver
+    except ImportError as exc:
+        raise ValueError(
+            "postgresql checkpoints need the postgres extra: pip install 'cyrene-graph[postgres]'"
+        ) from exc

@@ -1,0 +1,47 @@
+"""The session environment: who the loop is talking to, as whom, in which session.
+
+`SessionEnv` is the graph's `context_schema`: it is fixed for one run, never
+checkpointed, and LangGraph Studio renders it as the assistant's form. It is a
+pydantic model so that a bad value (an unknown actor, say) is rejected when the
+caller builds it — before any node runs — with an error naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Actor = Literal["owner", "group", "stranger", "internal"]
+RESTRICTED_ACTORS: frozenset[str] = frozenset({"group", "stranger"})
+
+
+class SessionEnv(BaseModel):
+    """Immutable facts about one run of the loop (the seed's `SessionEnv`).
+
+    Every field is optional so that `SessionEnv()` means "the owner, the default
+    persona, session = thread id, turn = the inbound human message id".
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    actor: Actor = Field(
+        default="owner",
+        description="Who is speaking: the owner, a group chat, a stranger, or an internal flow.",
+    )
+    persona_id: str | None = Field(
+        default=None,
+        description="Persona to answer as; unknown ids and restricted sessions use the default.",
+    )
+    session_id: str | None = Field(
+        default=None, description="Session id for memory provenance; defaults to the thread id."
+    )
+    turn_id: str | None = Field(
+        default=None,
+        description="Inbound message id for memory provenance; defaults to the last human message id.",
+    )
+
+    @property
+    def restricted(self) -> bool:
+        """Group and stranger sessions: read-only memory, locked-down tools."""
+        return self.actor in RESTRICTED_ACTORS

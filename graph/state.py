@@ -1,0 +1,58 @@
+"""The checkpointed state of a session, and what callers may send in.
+
+`messages` is the transcript. It uses LangGraph's `DeltaChannel`, so a
+checkpoint stores the turn's new messages rather than the whole list again:
+checkpoint bytes per turn stay flat however long the session grows (a plain
+`add_messages` channel re-serialises the full transcript at every step, which
+makes storage grow with the square of the session length). Its reducer is
+`add_messages` folded over the batch, followed by `close_interrupted_calls`,
+which keeps the invariant that no tool call is ever left dangling before a
+later message.
+
+`model_view` is the per-round assembled model input. It is an
+`UntrackedValue`: visible to the next node and in Studio's updates, but never
+checkpointed and never part of the transcript.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import reduce
+from typing import Annotated, Any, NotRequired, TypedDict
+
+from langchain_core.messages import AnyMessage, BaseMessage
+from langgraph.channels.delta import DeltaChannel
+from langgraph.channels.untracked_value import UntrackedValue
+from langgraph.graph.message import Messages, add_messages
+
+from nodes.transcript import close_interrupted_calls
+
+
+def merge_transcript(current: list[BaseMessage], writes: Sequence[Messages]) -> list[BaseMessage]:
+    """DeltaChannel reducer: `add_messages` over a batch, then close dangling calls.
+
+    Both steps depend only on the resulting list, so the reducer is
+    batching-invariant as `DeltaChannel` requires.
+    """
+    return close_interrupted_calls(reduce(add_messages, writes, current))
+
+
+class TurnInput(TypedDict, total=False):
+    """What a caller sends to start a turn."""
+
+    messages: list[AnyMessage]
+    working_memory: str
+
+
+class LoopState(TypedDict):
+    """Checkpointed per-thread state."""
+
+    messages: Annotated[list[AnyMessage], DeltaChannel(merge_transcript)]
+    working_memory: NotRequired[str]
+    """Caller-provided working-memory summary, rendered as `工作记忆: …`."""
+    mood: NotRequired[Any]
+    """What `on_turn_end` returned for the latest finished turn."""
+    capacity: NotRequired[dict[str, int]]
+    """Awake capacity tiers → the turn number they were last woken or used in."""
+    model_view: NotRequired[Annotated[list[AnyMessage], UntrackedValue(list)]]
+    """The assembled model input of the current round (not checkpointed)."""

@@ -1,0 +1,23 @@
+"""Scoped long-term memory for the loop (DESIGN §4)."""
+
+from memory.background import wait_for_extractions
+from memory.block import format_memory_block
+from memory.embedding import HashingEmbedding
+from memory.extractors import LLMExtractor, ManualExtractor
+from memory.items import MemoryItem, Scope, Source
+from memory.ranking import Decay, SearchResult
+from memory.store import MemoryStore
+
+__all__ = [
+    "Decay",
+    "HashingEmbedding",
+    "LLMExtractor",
+    "ManualExtractor",
+    "MemoryItem",
+    "MemoryStore",
+    "Scope",
+    "SearchResult",
+    "Source",
+    "format_memory_block",
+    "wait_for_extractions",
+]

@@ -1,0 +1,38 @@
+"""Write policy: what an extractor's output may become (seed `persistMemories`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from memory.items import MemoryItem, Scope, Source
+
+log = logging.getLogger("cyrene.memory")
+
+
+def stamp(
+    items: Iterable[MemoryItem], *, persona_id: str | None, source: Source
+) -> list[MemoryItem]:
+    """Re-issue extracted items under the turn's persona and provenance.
+
+    Whatever the extractor put in `persona_id` or `source` is overwritten: a
+    persona-scope memory can only land in the persona that produced the turn,
+    and provenance is always the run's real session and inbound message. A
+    persona-scope item from a turn with no persona is dropped (it has no owner).
+    """
+    stamped: list[MemoryItem] = []
+    for item in items:
+        if item.scope is Scope.PERSONA and not persona_id:
+            log.info("dropping persona-scope memory from a persona-less turn")
+            continue
+        stamped.append(
+            MemoryItem(
+                content=item.content,
+                kind=item.kind,
+                scope=item.scope,
+                persona_id=persona_id if item.scope is Scope.PERSONA else None,
+                source=source,
+                created_at=item.created_at,
+            )
+        )
+    return stamped

@@ -1,0 +1,207 @@
+"""`MemoryStore`: scoped long-term memory in Chroma, embedded or served.
+
+One collection per scope bucket — `persona_<id>`, `user`, `project` — instead
+of one collection filtered by `$or`: measured ~10× faster at 20k items, and
+isolation becomes structural, because a restricted read never opens a persona
+collection and persona P's read never opens persona Q's.
+
+    store = MemoryStore.open("./.cyrene/memory")            # embedded, one process
+    store = MemoryStore.connect(host="127.0.0.1", port=8000) # a `chroma run` server
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import re
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import chromadb
+from chromadb.api import ClientAPI
+from chromadb.api.models.Collection import Collection
+from chromadb.config import Settings
+from chromadb.errors import NotFoundError
+
+from memory.embedding import HashingEmbedding
+from memory.items import MemoryItem, Scope, bucket_name
+from memory.ranking import Decay, SearchResult, rank
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$")
+_SHARED_BUCKETS = (Scope.USER.value, Scope.PROJECT.value)
+_BATCH = 2_000
+
+
+def collection_name(bucket: str) -> str:
+    """A Chroma-legal collection name for a bucket (persona ids may be any text)."""
+    if _SAFE_NAME.match(bucket):
+        return bucket
+    digest = hashlib.sha256(bucket.encode()).hexdigest()[:24]
+    return f"persona_x{digest}"
+
+
+def _settings() -> Settings:
+    return Settings(anonymized_telemetry=False)
+
+
+class MemoryStore:
+    """Scoped memories with relevance × decay search."""
+
+    def __init__(
+        self,
+        client: ClientAPI,
+        *,
+        embedding_function: Any = None,
+        decay: Decay | None = None,
+        min_relevance: float = 0.05,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.embedding_function = embedding_function or HashingEmbedding()
+        self.decay = decay or Decay()
+        self.min_relevance = min_relevance
+        self.clock = clock
+        self._collections: dict[str, Collection] = {}
+
+    @classmethod
+    def open(cls, path: str | Path, embedding_function: Any = None, **options: Any) -> MemoryStore:
+        """An embedded store under `path` (Chroma's embedded mode: one process at a time)."""
+        Path(path).mkdir(parents=True, exist_ok=True)
+        client = chromadb.PersistentClient(path=str(path), settings=_settings())
+        return cls(client, embedding_function=embedding_function, **options)
+
+    @classmethod
+    def connect(
+        cls, host: str = "127.0.0.1", port: int = 8000, embedding_function: Any = None, **options: Any
+    ) -> MemoryStore:
+        """A store on a Chroma server (`chroma run`), same API as `open`."""
+        client = chromadb.HttpClient(host=host, port=port, settings=_settings())
+        return cls(client, embedding_function=embedding_function, **options)
+
+    # -- collections -------------------------------------------------------
+    def _collection(self, bucket: str, *, create: bool) -> Collection | None:
+        if bucket in self._collections:
+            return self._collections[bucket]
+        name = collection_name(bucket)
+        if create:
+            collection = self.client.get_or_create_collection(
+                name,
+                embedding_function=self.embedding_function,
+                metadata={"bucket": bucket},
+                configuration={"hnsw": {"space": "cosine"}},
+            )
+        else:
+            try:
+                collection = self.client.get_collection(name, embedding_function=self.embedding_function)
+            except (NotFoundError, ValueError):
+                return None
+        self._collections[bucket] = collection
+        return collection
+
+    def _buckets(self) -> list[str]:
+        names = []
+        for collection in self.client.list_collections():
+            meta = collection.metadata or {}
+            names.append(meta.get("bucket", collection.name))
+        return names
+
+    # -- writes ------------------------------------------------------------
+    def add(self, item: MemoryItem) -> str:
+        """Store (or update) one memory; returns its id."""
+        return self.add_many([item])[0]
+
+    def add_many(self, items: Iterable[MemoryItem]) -> builtins.list[str]:
+        """Store memories in batches, one upsert per bucket; returns their ids in order."""
+        items = builtins.list(items)
+        by_bucket: dict[str, builtins.list[MemoryItem]] = {}
+        for item in items:
+            if not isinstance(item, MemoryItem):
+                raise TypeError(f"add_many: expected MemoryItem, got {type(item).__name__}")
+            by_bucket.setdefault(item.bucket, []).append(item)
+        for bucket, group in by_bucket.items():
+            collection = self._collection(bucket, create=True)
+            for start in range(0, len(group), _BATCH):
+                chunk = group[start : start + _BATCH]
+                collection.upsert(
+                    ids=[i.id for i in chunk],
+                    documents=[i.content for i in chunk],
+                    metadatas=[i.metadata() for i in chunk],
+                )
+        return [i.id for i in items]  # type: ignore[misc]
+
+    def forget(self, item_id: str) -> bool:
+        """Delete a memory by id; True when it existed."""
+        for bucket in self._buckets():
+            collection = self._collection(bucket, create=False)
+            if collection is not None and collection.get(ids=[item_id])["ids"]:
+                collection.delete(ids=[item_id])
+                return True
+        return False
+
+    # -- reads -------------------------------------------------------------
+    def get(self, item_id: str) -> MemoryItem | None:
+        for bucket in self._buckets():
+            collection = self._collection(bucket, create=False)
+            got = collection.get(ids=[item_id]) if collection is not None else {"ids": []}
+            if got["ids"]:
+                return MemoryItem.from_record(got["ids"][0], got["documents"][0], got["metadatas"][0])
+        return None
+
+    def list(
+        self, *, scope: Scope | str | None = None, persona_id: str | None = None
+    ) -> builtins.list[MemoryItem]:
+        """Every stored memory, optionally of one scope / persona, oldest first."""
+        scope = Scope(scope) if scope is not None else None
+        items: builtins.list[MemoryItem] = []
+        for bucket in self._buckets():
+            collection = self._collection(bucket, create=False)
+            if collection is None:
+                continue
+            got = collection.get(include=["documents", "metadatas"])
+            items.extend(
+                MemoryItem.from_record(i, d, m)
+                for i, d, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True)
+            )
+        items = [
+            i
+            for i in items
+            if (scope is None or i.scope is scope) and (persona_id is None or i.persona_id == persona_id)
+        ]
+        return sorted(items, key=lambda i: i.created_at)
+
+    def readable_buckets(self, persona_id: str | None, restricted: bool) -> builtins.list[str]:
+        """DESIGN §4 read set: P's persona scope ∪ user ∪ project; restricted → user ∪ project."""
+        if restricted or not persona_id:
+            return list(_SHARED_BUCKETS)
+        return [bucket_name(Scope.PERSONA, persona_id), *_SHARED_BUCKETS]
+
+    def search(
+        self, query: str, persona_id: str | None = None, restricted: bool = False, k: int = 8
+    ) -> builtins.list[SearchResult]:
+        """The `k` most relevant readable memories, ranked by relevance × decay."""
+        if not query.strip() or k <= 0:
+            return []
+        embedding = self.embedding_function.embed_query([query])
+        candidates: builtins.list[tuple[MemoryItem, float]] = []
+        for bucket in self.readable_buckets(persona_id, restricted):
+            collection = self._collection(bucket, create=False)
+            if collection is None:
+                continue
+            count = collection.count()
+            if not count:
+                continue
+            found = collection.query(
+                query_embeddings=embedding,
+                n_results=min(count, k * 4),
+                include=["documents", "metadatas", "distances"],
+            )
+            candidates.extend(
+                (MemoryItem.from_record(i, d, m), dist)
+                for i, d, m, dist in zip(
+                    found["ids"][0], found["documents"][0], found["metadatas"][0],
+                    found["distances"][0], strict=True,
+                )
+            )
+        return rank(candidates, now=self.clock(), decay=self.decay, k=k, min_relevance=self.min_relevance)

@@ -1,0 +1,107 @@
+"""`assemble_context`: build the model's view of the conversation, fresh every round.
+
+Order (seed `assembleContext`, DESIGN §3): persona instructions (always the
+first system message), current time (only with a valid zone), working memory,
+memory block (retrieval re-run every round from the latest user text), role
+declaration, then the conversation with speaker notes, then the caller's
+`transform_context(messages, round)`. Nothing here is written to the transcript.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from langchain_core.messages import BaseMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
+
+from graph.env import SessionEnv
+from memory.block import format_memory_block
+from nodes.attribution import attribute_conversation
+from nodes.encoding import encode_for_provider
+from nodes.loop import Loop
+from nodes.transcript import current_round, latest_user_text
+
+log = logging.getLogger("cyrene.context")
+
+WORKING_MEMORY_PREFIX = "工作记忆: "
+_WEEKDAYS = "一二三四五六日"
+
+
+def env_of(runtime: Runtime[SessionEnv] | None) -> SessionEnv:
+    """The run's SessionEnv; a run started without one is the owner's."""
+    context = runtime.context if runtime is not None else None
+    return context if isinstance(context, SessionEnv) else SessionEnv()
+
+
+def time_block(now: datetime, zone: ZoneInfo) -> str:
+    """The per-round wall-clock line, in the configured zone."""
+    local = now.astimezone(zone)
+    return f"当前时间：{local:%Y-%m-%d %H:%M}（星期{_WEEKDAYS[local.weekday()]}，{zone.key}）"
+
+
+def is_hidden(message: BaseMessage) -> bool:
+    """Messages a guard blocked stay in the transcript but never reach the model."""
+    return bool((message.response_metadata.get("cyrene") or {}).get("hidden"))
+
+
+def memory_block(loop: Loop, env: SessionEnv, persona_id: str | None, query: str) -> str:
+    """The scoped memory block for this round, or '' (no store, no query, or a failed search)."""
+    store = loop.config.memory
+    if store is None or not query.strip():
+        return ""
+    try:
+        results = store.search(
+            query, persona_id=persona_id, restricted=env.restricted, k=loop.config.memory_k
+        )
+    except Exception:
+        log.exception("memory search failed; this round goes on without memories")
+        return ""
+    return format_memory_block(results, restricted=env.restricted)
+
+
+def assemble_view(
+    loop: Loop,
+    env: SessionEnv,
+    messages: Sequence[BaseMessage],
+    *,
+    working_memory: str | None = None,
+) -> list[BaseMessage]:
+    """The exact message list the model is sent this round."""
+    persona_id = loop.persona_for(env)
+    persona = loop.persona(persona_id)
+    conversation = [m for m in messages if not is_hidden(m)]
+    leading: list[BaseMessage] = []
+    if persona and persona.instructions:
+        leading.append(SystemMessage(persona.instructions))
+    if loop.zone is not None:
+        leading.append(SystemMessage(time_block(loop.now(), loop.zone)))
+    if working_memory:
+        leading.append(SystemMessage(WORKING_MEMORY_PREFIX + working_memory))
+    if block := memory_block(loop, env, persona_id, latest_user_text(conversation)):
+        leading.append(SystemMessage(block))
+    attribution = attribute_conversation(
+        conversation, restricted=env.restricted, current=persona_id, display_name=loop.display_name
+    )
+    view = encode_for_provider(loop.encoding_for(persona_id), leading, attribution)
+    if loop.config.transform_context is not None:
+        view = loop.config.transform_context(view, current_round(messages) + 1)
+    return view
+
+
+def make_assemble_context(loop: Loop):
+    """The `assemble_context` node: publishes this round's model view."""
+
+    def assemble_context(
+        state: dict, config: RunnableConfig, runtime: Runtime[SessionEnv]
+    ) -> dict:
+        """Build the model's view for this round (instructions, time, memories, attribution)."""
+        view = assemble_view(
+            loop, env_of(runtime), state["messages"], working_memory=state.get("working_memory")
+        )
+        return {"model_view": view}
+
+    return assemble_context

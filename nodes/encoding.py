@@ -1,0 +1,58 @@
+"""How the leading blocks and speaker notes reach a given provider.
+
+Two encodings, both keeping every message in its stored order and never
+putting attribution into user or assistant text:
+
+- `inline` — the seed's exact rendering: leading system messages, the role
+  declaration, and each `[发言归属]` note as its own system message right where
+  the speaker changes. For OpenAI-compatible models, which accept system
+  messages anywhere.
+- `leading` — one leading system message holding the leading blocks, the role
+  declaration and every note keyed to the message it starts at
+  (`第N条起：[发言归属] …`). For providers that reject or hoist system messages
+  after the first (Anthropic accepts them only right after a user turn, Gemini
+  hoists them, many local chat templates refuse them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from langchain_core.messages import BaseMessage, SystemMessage
+
+from nodes.attribution import Attribution
+from nodes.knobs import Provider
+
+Encoding = Literal["inline", "leading"]
+ENCODING_BY_PROVIDER: dict[Provider, Encoding] = {
+    "openai": "inline",
+    "anthropic": "leading",
+    "google": "leading",
+    "ollama": "leading",
+    "other": "inline",
+}
+NOTE_INDEX_HEADER = "发言归属索引（按对话中的消息序号，序号从 1 起）："
+
+
+def encode_for_provider(
+    encoding: Encoding, leading: Sequence[BaseMessage], attribution: Attribution
+) -> list[BaseMessage]:
+    """Join leading blocks and the attributed conversation in the given encoding."""
+    if encoding == "inline":
+        declaration = [SystemMessage(attribution.declaration)] if attribution.declaration else []
+        return [*leading, *declaration, *attribution.conversation]
+    texts = [str(m.content) for m in leading]
+    if attribution.declaration:
+        texts.append(attribution.declaration)
+    conversation: list[BaseMessage] = []
+    index_lines: list[str] = []
+    for position, message in enumerate(attribution.conversation):
+        if position in attribution.notes:
+            index_lines.append(f"第{len(conversation) + 1}条起：{attribution.notes[position]}")
+        else:
+            conversation.append(message)
+    if index_lines:
+        texts.append(NOTE_INDEX_HEADER + "\n" + "\n".join(index_lines))
+    head = [SystemMessage("\n\n".join(texts))] if texts else []
+    return [*head, *conversation]

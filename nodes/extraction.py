@@ -1,0 +1,54 @@
+"""`extract_memory`: turn the finished conversation into long-term memories.
+
+Seed `extractMemory` / `extractMemoryAsync` / `persistMemories`: restricted
+sessions never write; every item is stamped with the turn's persona and real
+provenance; an extractor with `background = True` runs off the reply path on
+a snapshot, under a deadline; failures are logged, never raised into the turn.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
+
+from graph.env import SessionEnv
+from memory.items import MemoryItem, Source
+from memory.policy import stamp
+from nodes.context import env_of
+from nodes.loop import Loop
+
+log = logging.getLogger("cyrene.memory")
+
+
+def make_extract_memory(loop: Loop):
+    def extract_memory(state: dict, config: RunnableConfig, runtime: Runtime[SessionEnv]) -> dict:
+        """Run the extractor on this turn (in the background if it asks); never in group/stranger chats."""
+        env = env_of(runtime)
+        extractor, store = loop.config.extractor, loop.config.memory
+        if env.restricted or extractor is None or store is None:
+            return {}
+        snapshot = list(state["messages"])
+        persona_id = loop.persona_for(env)
+        source = Source(session_id=loop.session_id(env, config), message_id=loop.turn_id(env, snapshot))
+
+        def extract() -> list[MemoryItem]:
+            return list(extractor.extract(snapshot))
+
+        def persist(items: list[MemoryItem]) -> int:
+            stamped = stamp(items, persona_id=persona_id, source=source)
+            if stamped:
+                store.add_many(stamped)
+            return len(stamped)
+
+        if getattr(extractor, "background", False):
+            loop.jobs.submit(extract, persist)
+            return {}
+        try:
+            persist(extract())
+        except Exception:
+            log.exception("memory extraction failed; the turn goes on")
+        return {}
+
+    return extract_memory

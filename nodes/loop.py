@@ -1,0 +1,126 @@
+"""`Loop`: a `LoopConfig` resolved once at build time, shared by every node.
+
+Resolving up front (chat models from "provider:model" strings, the time zone,
+tools by name) means a bad value fails in `build_graph`, not mid-turn, and the
+nodes stay thin.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+
+from memory.background import BackgroundJobs
+from nodes.encoding import ENCODING_BY_PROVIDER, Encoding
+from nodes.knobs import Knobs, provider_of
+from nodes.transcript import last_human
+
+if TYPE_CHECKING:
+    from graph.config import LoopConfig, Persona
+    from graph.env import SessionEnv
+
+log = logging.getLogger("cyrene.loop")
+
+
+def resolve_model(model: BaseChatModel | str, field_name: str) -> BaseChatModel:
+    """A chat model from an instance or a "provider:model" string (via `init_chat_model`)."""
+    if isinstance(model, BaseChatModel):
+        return model
+    from langchain.chat_models import init_chat_model
+
+    try:
+        return init_chat_model(model)
+    except (ImportError, ValueError) as exc:
+        raise ValueError(f"{field_name}: cannot load chat model {model!r}: {exc}") from exc
+
+
+@dataclass
+class Loop:
+    """Resolved configuration plus the small lookups every node needs."""
+
+    config: LoopConfig
+    zone: ZoneInfo | None
+    default_model: BaseChatModel
+    persona_models: dict[str, BaseChatModel] = field(default_factory=dict)
+    tools_by_name: dict[str, BaseTool] = field(default_factory=dict)
+    jobs: BackgroundJobs = field(default_factory=BackgroundJobs)
+
+    @classmethod
+    def from_config(cls, config: LoopConfig) -> Loop:
+        return cls(
+            config=config,
+            zone=config.zone(),
+            default_model=resolve_model(config.model, "model"),
+            persona_models={
+                pid: resolve_model(p.model, f"personas[{pid!r}].model")
+                for pid, p in config.personas.items()
+                if p.model is not None
+            },
+            tools_by_name={t.name: t for t in config.tools},  # type: ignore[union-attr]
+            jobs=BackgroundJobs(timeout=config.extraction_timeout),
+        )
+
+    # -- persona ---------------------------------------------------------
+    def persona_for(self, env: SessionEnv) -> str | None:
+        """DESIGN §3: the env's persona if known, else the default; restricted → default."""
+        default = self.config.default_persona
+        if env.restricted or not env.persona_id:
+            return default
+        if env.persona_id in self.config.personas:
+            return env.persona_id
+        log.info("unknown persona %r; answering as %r", env.persona_id, default)
+        return default
+
+    def persona(self, persona_id: str | None) -> Persona | None:
+        return self.config.personas.get(persona_id) if persona_id else None
+
+    def display_name(self, persona_id: str) -> str:
+        """Display name for attribution labels; '' when unknown (the label falls back to the id)."""
+        persona = self.persona(persona_id)
+        return persona.name if persona else ""
+
+    def knobs_for(self, persona_id: str | None) -> Knobs:
+        persona, cfg = self.persona(persona_id), self.config
+
+        def pick(name: str) -> Any:
+            value = getattr(persona, name, None) if persona else None
+            return getattr(cfg, name) if value is None else value
+
+        return Knobs(pick("thinking_budget"), pick("reasoning_effort"), pick("show_thinking"))
+
+    def model_for(self, persona_id: str | None) -> BaseChatModel:
+        return self.persona_models.get(persona_id or "", self.default_model)
+
+    def encoding_for(self, persona_id: str | None) -> Encoding:
+        """The configured attribution encoding, or the one the persona's provider needs."""
+        if self.config.attribution_encoding != "auto":
+            return self.config.attribution_encoding
+        return ENCODING_BY_PROVIDER[provider_of(self.model_for(persona_id))]
+
+    # -- run facts -------------------------------------------------------
+    def now(self) -> datetime:
+        return self.config.clock()
+
+    @staticmethod
+    def session_id(env: SessionEnv, config: RunnableConfig | None) -> str | None:
+        """`SessionEnv.session_id`, else the thread id."""
+        if env.session_id:
+            return env.session_id
+        return ((config or {}).get("configurable") or {}).get("thread_id")
+
+    @staticmethod
+    def turn_id(env: SessionEnv, messages: Sequence[BaseMessage]) -> str | None:
+        """`SessionEnv.turn_id`, else the id of the turn's inbound human message."""
+        if env.turn_id:
+            return env.turn_id
+        human = last_human(messages)
+        return human.id if human else None

@@ -1,0 +1,95 @@
+"""Keep a model's thinking out of the user's stream while the transcript keeps it.
+
+LangGraph's `stream_mode="messages"` forwards every chunk a chat model yields.
+`ThinkingGate` wraps the real model: the real model runs untagged for
+streaming (`nostream`), and the gate yields each chunk with its reasoning
+removed, so the stream carries the reply text in real time but no thinking.
+The complete message, thinking included, is captured for the transcript.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessageChunk, BaseMessage, message_chunk_to_message
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable, RunnableConfig
+from langgraph.constants import TAG_NOSTREAM
+from pydantic import Field
+
+from nodes.knobs import without_reasoning
+
+
+def _inner_config(run_manager: Any) -> RunnableConfig:
+    return {"callbacks": run_manager.get_child() if run_manager else None, "tags": [TAG_NOSTREAM]}
+
+
+class ThinkingGate(BaseChatModel):
+    """A one-shot wrapper: stream the inner model's reply without its reasoning."""
+
+    inner: Runnable[Any, BaseMessage]
+    captured: list[BaseMessage] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "cyrene-thinking-gate"
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        full = self.inner.invoke(messages, _inner_config(run_manager))
+        self.captured.append(full)
+        return ChatResult(generations=[ChatGeneration(message=without_reasoning(full))])
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        full = await self.inner.ainvoke(messages, _inner_config(run_manager))
+        self.captured.append(full)
+        return ChatResult(generations=[ChatGeneration(message=without_reasoning(full))])
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        full: AIMessageChunk | None = None
+        for chunk in self.inner.stream(messages, _inner_config(run_manager)):
+            full = chunk if full is None else full + chunk
+            yield ChatGenerationChunk(message=without_reasoning(chunk))
+        self._capture_stream(full)
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        full: AIMessageChunk | None = None
+        async for chunk in self.inner.astream(messages, _inner_config(run_manager)):
+            full = chunk if full is None else full + chunk
+            yield ChatGenerationChunk(message=without_reasoning(chunk))
+        self._capture_stream(full)
+
+    def _capture_stream(self, full: AIMessageChunk | None) -> None:
+        if full is not None:
+            self.captured.append(message_chunk_to_message(full))
+
+    def transcript_message(self, visible: BaseMessage) -> BaseMessage:
+        """The full reply (with thinking) under the id the stream used."""
+        full = self.captured[-1] if self.captured else visible
+        return full.model_copy(update={"id": visible.id})

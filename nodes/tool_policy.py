@@ -1,0 +1,106 @@
+"""Who may run which tool call, and what the loop reports about it.
+
+Plain data and functions (no LangGraph): the hooks a caller installs, the
+audit event a restricted denial produces, and the soft error results that keep
+every tool call paired with a result even when it is not executed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from langchain_core.messages import ToolCall, ToolMessage
+
+from graph.env import SessionEnv
+
+log = logging.getLogger("cyrene.tools")
+
+NOT_ALLOWED = "not_allowed"
+ROUND_LIMIT = "round_limit"
+VETOED = "vetoed"
+SOFT_ERROR_CODES = (NOT_ALLOWED, ROUND_LIMIT, VETOED)
+
+
+@dataclass(frozen=True)
+class ToolHooks:
+    """Optional per-batch and per-call hooks (the seed's `ToolLoopHooks`).
+
+    `before_call` may veto a call by returning a reason; the model then gets a
+    soft `vetoed` error result instead of the tool's output. A hook that raises
+    is logged and ignored: the turn goes on.
+    """
+
+    before_batch: Callable[[list[ToolCall], SessionEnv], None] | None = None
+    after_batch: Callable[[list[ToolCall], list[ToolMessage], SessionEnv], None] | None = None
+    before_call: Callable[[ToolCall, SessionEnv], str | None] | None = None
+    after_call: Callable[[ToolCall, ToolMessage, SessionEnv], None] | None = None
+
+
+def run_hook(name: str, hook: Callable[..., Any] | None, *args: Any) -> Any:
+    """Call a hook, logging (not raising) its failure."""
+    if hook is None:
+        return None
+    try:
+        return hook(*args)
+    except Exception:
+        log.exception("tool hook %s failed; the turn goes on", name)
+        return None
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """A tool call refused in a restricted (group/stranger) session."""
+
+    tool: str
+    arguments: dict[str, Any]
+    actor: str
+    persona_id: str | None
+    session_id: str | None
+    turn_id: str | None
+    reason: str
+    tool_call_id: str
+    time: float = field(default_factory=time.time)
+    kind: str = "audit_tool_denied"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def soft_error(call: ToolCall, code: str, detail: str) -> ToolMessage:
+    """An error result for a call that was not executed; `code` leads the text."""
+    return ToolMessage(
+        content=f"{code}: {detail}",
+        tool_call_id=call["id"],
+        name=call["name"],
+        status="error",
+    )
+
+
+def was_executed(result: ToolMessage) -> bool:
+    """False for the soft results of calls the loop refused to run."""
+    text = result.content if isinstance(result.content, str) else ""
+    return not (result.status == "error" and text.startswith(SOFT_ERROR_CODES))
+
+
+def denied_in_restricted(call: ToolCall) -> ToolMessage:
+    return soft_error(
+        call,
+        NOT_ALLOWED,
+        f"tool {call['name']!r} is not available in group or stranger sessions.",
+    )
+
+
+def round_limit_result(call: ToolCall, max_rounds: int) -> ToolMessage:
+    return soft_error(
+        call,
+        ROUND_LIMIT,
+        f"this turn reached its limit of {max_rounds} model calls; the call was not run.",
+    )
+
+
+def vetoed_result(call: ToolCall, reason: str) -> ToolMessage:
+    return soft_error(call, VETOED, reason)

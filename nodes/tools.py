@@ -1,0 +1,92 @@
+"""`dispatch_tools`: run one requested tool call per task, under the loop's policy.
+
+The node is LangGraph's own `ToolNode` (argument validation, unknown tools and
+exceptions become error results), fed one call per `Send` as `create_agent`
+does — so a crash mid-batch re-runs only the calls that had not finished. The
+policy wraps each call: restricted sessions refuse anything outside
+`restricted_tools` with a soft `not_allowed` result and an audit event (a hard
+boundary that capacity, hooks and the model cannot lift), then `before_call`
+may veto, then the call runs and `after_call` sees the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from langchain_core.messages import ToolMessage
+from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
+
+from graph.env import SessionEnv
+from nodes.loop import Loop
+from nodes.tool_policy import (
+    AuditEvent,
+    denied_in_restricted,
+    run_hook,
+    vetoed_result,
+)
+
+ToolOutcome = ToolMessage | Command
+
+
+def _env(request: ToolCallRequest) -> SessionEnv:
+    context = request.runtime.context
+    return context if isinstance(context, SessionEnv) else SessionEnv()
+
+
+def audit_denial(loop: Loop, request: ToolCallRequest, env: SessionEnv) -> None:
+    """Report a restricted-session denial to `on_audit` and the custom stream."""
+    call, runtime = request.tool_call, request.runtime
+    messages = (request.state or {}).get("messages", []) if isinstance(request.state, dict) else []
+    event = AuditEvent(
+        tool=call["name"],
+        arguments=dict(call.get("args") or {}),
+        actor=env.actor,
+        persona_id=loop.persona_for(env),
+        session_id=loop.session_id(env, runtime.config),
+        turn_id=loop.turn_id(env, messages),
+        reason="tool not in restricted_tools",
+        tool_call_id=call["id"],
+    )
+    run_hook("on_audit", loop.config.on_audit, event)
+    if runtime.stream_writer is not None:
+        runtime.stream_writer(event.to_dict())
+
+
+def refusal(loop: Loop, request: ToolCallRequest) -> ToolMessage | None:
+    """The soft result replacing a call the loop will not run, or None to run it."""
+    env, call = _env(request), request.tool_call
+    if env.restricted and call["name"] not in loop.config.restricted_tools:
+        audit_denial(loop, request, env)
+        return denied_in_restricted(call)
+    reason = run_hook("before_call", loop.config.hooks.before_call, call, env)
+    return vetoed_result(call, str(reason)) if reason else None
+
+
+def make_dispatch_tools(loop: Loop) -> ToolNode:
+    """A `ToolNode` named `dispatch_tools` whose every call passes the loop's policy."""
+
+    def guarded(request: ToolCallRequest, execute: Callable[[ToolCallRequest], ToolOutcome]):
+        if (refused := refusal(loop, request)) is not None:
+            return refused
+        result = execute(request)
+        run_hook("after_call", loop.config.hooks.after_call, request.tool_call, result, _env(request))
+        return result
+
+    async def aguarded(
+        request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolOutcome]]
+    ):
+        if (refused := refusal(loop, request)) is not None:
+            return refused
+        result = await execute(request)
+        run_hook("after_call", loop.config.hooks.after_call, request.tool_call, result, _env(request))
+        return result
+
+    return ToolNode(
+        list(loop.config.tools),
+        name="dispatch_tools",
+        handle_tool_errors=True,
+        wrap_tool_call=guarded,
+        awrap_tool_call=aguarded,
+    )

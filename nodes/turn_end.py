@@ -1,0 +1,40 @@
+"""`finish_turn`: report the finished turn and record the mood it produced."""
+
+from __future__ import annotations
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
+
+from graph.env import SessionEnv
+from nodes.context import env_of
+from nodes.loop import Loop
+from nodes.tool_policy import run_hook
+from nodes.transcript import final_ai_message, last_human, message_text
+
+
+def make_finish_turn(loop: Loop):
+    def finish_turn(state: dict, config: RunnableConfig, runtime: Runtime[SessionEnv]) -> dict:
+        """Call on_turn_end(user_text, assistant_text, persona) and record its mood."""
+        hook = loop.config.on_turn_end
+        if hook is None:
+            return {}
+        messages = state["messages"]
+        human, final = last_human(messages), final_ai_message(messages)
+        mood = run_hook(
+            "on_turn_end",
+            hook,
+            message_text(human) if human else "",
+            message_text(final) if final else "",
+            loop.persona_for(env_of(runtime)),
+        )
+        update: dict = {"mood": mood}
+        if final is not None and mood is not None:
+            meta = final.response_metadata
+            update["messages"] = [
+                final.model_copy(
+                    update={"response_metadata": {**meta, "cyrene": {**meta.get("cyrene", {}), "mood": mood}}}
+                )
+            ]
+        return update
+
+    return finish_turn

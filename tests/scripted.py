@@ -1,0 +1,133 @@
+"""A scripted chat model that records what it is sent — the only fake besides time.
+
+Each reply is an `AIMessage` or a function of the messages it was sent; every
+request (messages, bound tools, provider kwargs) is recorded so tests can
+assert exactly what the model saw.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import PrivateAttr
+
+Reply = AIMessage | Callable[[list[BaseMessage]], AIMessage]
+
+
+@dataclass
+class Request:
+    messages: list[BaseMessage]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [t["function"]["name"] for t in self.kwargs.get("tools", [])]
+
+    @property
+    def texts(self) -> list[tuple[str, str]]:
+        """(type, text) pairs: the shape tests compare against."""
+        return [(m.type, m.content if isinstance(m.content, str) else json.dumps(m.content, ensure_ascii=False)) for m in self.messages]
+
+
+def call(name: str, call_id: str, **args: Any) -> dict:
+    return {"name": name, "args": args, "id": call_id, "type": "tool_call"}
+
+
+def tool_calls(*calls: dict, text: str = "") -> AIMessage:
+    return AIMessage(text, tool_calls=list(calls))
+
+
+class ScriptedChatModel(BaseChatModel):
+    """Replies from a script; `provider` sets the family LangChain reports for tracing."""
+
+    script: list[Any] = []
+    provider: str = "scripted"
+    stream_chunks: bool = False
+    delay: float = 0.0
+    _requests: list[Request] = PrivateAttr(default_factory=list)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _position: int = PrivateAttr(default=0)
+
+    @property
+    def _llm_type(self) -> str:
+        return f"{self.provider}-scripted"
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> dict[str, Any]:
+        return {"ls_provider": self.provider, "ls_model_name": "scripted", "ls_model_type": "chat"}
+
+    @property
+    def requests(self) -> list[Request]:
+        return list(self._requests)
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+    def _next(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> AIMessage:
+        with self._lock:
+            self._requests.append(Request(list(messages), dict(kwargs)))
+            if self._position >= len(self.script):
+                raise AssertionError(f"script exhausted after {self._position} replies")
+            reply = self.script[self._position]
+            self._position += 1
+        if self.delay:
+            time.sleep(self.delay)
+        message = reply(list(messages)) if callable(reply) else reply
+        return message.model_copy(deep=True)
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=self._next(messages, kwargs))])
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        if not self.stream_chunks:
+            # Not a streaming model: one chunk carrying the whole reply.
+            message = self._next(messages, kwargs)
+            yield ChatGenerationChunk(message=_as_chunk(message))
+            return
+        message = self._next(messages, kwargs)
+        blocks = message.content if isinstance(message.content, list) else [{"type": "text", "text": message.content}]
+        for index, block in enumerate(blocks):
+            if block.get("type") == "text":
+                for char in block["text"]:
+                    yield ChatGenerationChunk(message=AIMessageChunk([{"type": "text", "text": char, "index": index}]))
+            else:
+                yield ChatGenerationChunk(message=AIMessageChunk([{**block, "index": index}]))
+        if message.additional_kwargs:
+            yield ChatGenerationChunk(message=AIMessageChunk("", additional_kwargs=message.additional_kwargs))
+        if message.tool_calls:
+            yield ChatGenerationChunk(message=_as_chunk(AIMessage("", tool_calls=message.tool_calls)))
+
+
+def _as_chunk(message: AIMessage) -> AIMessageChunk:
+    return AIMessageChunk(
+        content=message.content,
+        additional_kwargs=message.additional_kwargs,
+        response_metadata=message.response_metadata,
+        name=message.name,
+        tool_call_chunks=[
+            {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i, "type": "tool_call_chunk"}
+            for i, c in enumerate(message.tool_calls)
+        ],
+    )
