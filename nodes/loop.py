@@ -39,7 +39,7 @@ def resolve_model(model: BaseChatModel | str, field_name: str) -> BaseChatModel:
 
     try:
         return init_chat_model(model)
-    except (ImportError, ValueError) as exc:
+    except Exception as exc:  # missing provider package, missing API key, bad name
         raise ValueError(f"{field_name}: cannot load chat model {model!r}: {exc}") from exc
 
 

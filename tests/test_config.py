@@ -1,0 +1,120 @@
+"""Bad input fails at the boundary with an error naming the field."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.messages import AIMessage
+
+from graph import CapacityPolicy, LoopConfig, SessionEnv, Tier, build_graph, open_checkpointer
+from graph.builder import NothingToResumeError
+from tests.conftest import PERSONAS, get_time, human, make_config, thread
+from tests.scripted import ScriptedChatModel
+
+
+@pytest.fixture
+def model() -> ScriptedChatModel:
+    return ScriptedChatModel(script=[AIMessage("ok")] * 4)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"default_persona": "nobody"}, "default_persona"),
+        ({"default_persona": None}, "default_persona"),
+        ({"tools": [get_time, get_time]}, "duplicate tool names"),
+        ({"restricted_tools": {"rm_rf"}}, "restricted_tools"),
+        ({"restricted_tools": "get_time"}, "restricted_tools"),
+        ({"max_rounds": 0}, "max_rounds"),
+        ({"tool_parallelism": -1}, "tool_parallelism"),
+        ({"tool_execution": "eventually"}, "tool_execution"),
+        ({"max_context_tokens": -5}, "max_context_tokens"),
+    ],
+)
+def test_invalid_config_names_the_field(model, overrides, field):
+    with pytest.raises(ValueError, match=field):
+        build_graph(make_config(model, **overrides))
+
+
+def test_unloadable_model_string_names_the_field():
+    with pytest.raises(ValueError, match="model: cannot load chat model 'nosuchprovider:x'"):
+        build_graph(make_config("nosuchprovider:x"))
+
+
+@pytest.mark.parametrize(
+    ("tiers", "message"),
+    [
+        ([Tier(name="a", tools=("get_time",)), Tier(name="a", tools=("add",))], "unique"),
+        ([Tier(name="ops", tools=("nuke",))], "ops"),
+    ],
+)
+def test_invalid_capacity_names_the_tier(model, tiers, message):
+    with pytest.raises(ValueError, match=message):
+        build_graph(make_config(model, capacity=CapacityPolicy(tiers=tiers)))
+
+
+def test_invalid_trigger_regex_names_the_tier():
+    with pytest.raises(ValueError, match="'search'.*not a valid regular expression"):
+        Tier(name="search", tools=("add",), triggers=("re:([unclosed",))
+
+
+def test_invalid_timezone_warns_and_drops_the_time_block(model):
+    with pytest.warns(UserWarning, match="Europe/Atlantis"):
+        graph = build_graph(make_config(model, timezone="Europe/Atlantis"))
+    graph.invoke({"messages": [human("hi")]}, thread("tz"))
+    systems = [m.content for m in model.requests[0].messages if m.type == "system"]
+    assert systems == ["你是昔涟。"]
+
+
+def test_valid_timezone_adds_the_time_block_after_instructions(model):
+    graph = build_graph(make_config(model, timezone="Asia/Shanghai"))
+    graph.invoke({"messages": [human("hi")]}, thread("tz"))
+    systems = [m.content for m in model.requests[0].messages if m.type == "system"]
+    assert systems == ["你是昔涟。", "当前时间：2026-11-29 16:30（星期日，Asia/Shanghai）"]
+
+
+def test_unknown_actor_fails_before_any_node_runs(model):
+    graph = build_graph(make_config(model))
+    with pytest.raises(ValueError, match="actor"):
+        SessionEnv(actor="boss")
+    with pytest.raises(ValueError, match="actor"):
+        graph.invoke({"messages": [human("hi")]}, thread("t"), context={"actor": "boss"})
+    assert model.requests == []
+
+
+def test_empty_turn_and_nothing_to_resume_are_plain_errors(model):
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(model), saver)
+        with pytest.raises(NothingToResumeError, match="'fresh' has no interrupted turn"):
+            graph.invoke(None, thread("fresh"))
+        for empty in ({}, {"messages": []}):
+            with pytest.raises(ValueError, match="at least one message"):
+                graph.invoke(empty, thread("fresh"))
+        graph.invoke({"messages": [human("hi")]}, thread("done"))
+        with pytest.raises(NothingToResumeError):
+            graph.invoke(None, thread("done"))
+    assert len(model.requests) == 1
+
+
+async def test_async_paths_check_input_too(model):
+    async with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(model), saver)
+        with pytest.raises(NothingToResumeError):
+            await graph.ainvoke(None, thread("fresh"))
+        with pytest.raises(ValueError, match="at least one message"):
+            await graph.ainvoke({"messages": []}, thread("fresh"))
+
+
+def test_callables_are_accepted_as_tools(model):
+    def shout(text: str) -> str:
+        """Upper-case the text."""
+        return text.upper()
+
+    config = LoopConfig(model=model, personas=PERSONAS, default_persona="xilian", tools=[shout])
+    assert config.tool_names == ["shout"]
+
+
+def test_persona_knobs_are_validated():
+    from graph import Persona
+
+    with pytest.raises(ValueError, match="thinking_budget"):
+        Persona(thinking_budget=-1)

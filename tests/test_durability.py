@@ -1,0 +1,188 @@
+"""Durable sessions: savers, resume after SIGKILL, interrupted threads, checkpoint growth."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
+
+from graph import build_graph, open_checkpointer
+from tests.conftest import REPO, human, make_config, owner, thread
+from tests.scripted import ScriptedChatModel, call, tool_calls
+
+
+def echo_model(n: int = 50) -> ScriptedChatModel:
+    def echo(messages):
+        humans = [m.content for m in messages if m.type == "human"]
+        return AIMessage(f"你说了 {len(humans)} 句，上一句：{humans[-1]}")
+
+    return ScriptedChatModel(script=[echo] * n)
+
+
+def two_turns(graph, name: str = "s1") -> list:
+    graph.invoke({"messages": [human("第一句", id="a")]}, thread(name), context=owner())
+    return graph.invoke({"messages": [human("第二句", id="b")]}, thread(name), context=owner())["messages"]
+
+
+async def two_turns_async(graph, name: str = "s1") -> list:
+    await graph.ainvoke({"messages": [human("第一句", id="a")]}, thread(name), context=owner())
+    return (await graph.ainvoke({"messages": [human("第二句", id="b")]}, thread(name), context=owner()))["messages"]
+
+
+def test_sqlite_sessions_survive_reopening(tmp_path):
+    url = f"sqlite:///{tmp_path}/deep/ckpt.db"
+    with open_checkpointer(url) as saver:
+        build_graph(make_config(echo_model()), saver).invoke({"messages": [human("第一句", id="a")]}, thread("s"))
+    with open_checkpointer(url) as saver:
+        out = build_graph(make_config(echo_model()), saver).invoke({"messages": [human("第二句", id="b")]}, thread("s"))
+    assert out["messages"][-1].content == "你说了 2 句，上一句：第二句"
+    assert [m.content for m in out["messages"] if m.type == "human"] == ["第一句", "第二句"]
+
+
+def test_in_memory_saver_keeps_threads_apart():
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(echo_model()), saver)
+        messages = two_turns(graph, "one")
+        other = graph.invoke({"messages": [human("别处", id="c")]}, thread("two"))["messages"]
+    assert messages[-1].content == "你说了 2 句，上一句：第二句"
+    assert other[-1].content == "你说了 1 句，上一句：别处"
+
+
+@pytest.mark.parametrize("url", ["memory", "sqlite"])
+async def test_async_savers(tmp_path, url):
+    url = "memory" if url == "memory" else f"sqlite:///{tmp_path}/a.db"
+    async with open_checkpointer(url) as saver:
+        messages = await two_turns_async(build_graph(make_config(echo_model()), saver))
+    assert messages[-1].content == "你说了 2 句，上一句：第二句"
+
+
+@pytest.mark.services
+def test_postgres_saver(postgres_url):
+    thread_name = f"pg-{time.time_ns()}"
+    with open_checkpointer(postgres_url) as saver:
+        messages = two_turns(build_graph(make_config(echo_model()), saver), thread_name)
+    with open_checkpointer(postgres_url) as saver:
+        state = build_graph(make_config(echo_model()), saver).get_state(thread(thread_name))
+    assert messages[-1].content == "你说了 2 句，上一句：第二句"
+    assert len(state.values["messages"]) == 4
+
+
+@pytest.mark.services
+async def test_async_postgres_saver(postgres_url):
+    async with open_checkpointer(postgres_url) as saver:
+        messages = await two_turns_async(build_graph(make_config(echo_model()), saver), f"apg-{time.time_ns()}")
+    assert messages[-1].content == "你说了 2 句，上一句：第二句"
+
+
+def test_bad_checkpoint_url_is_rejected():
+    with pytest.raises(ValueError, match="expected 'memory'"):
+        open_checkpointer("redis://localhost")
+
+
+def test_token_streaming_with_a_saver(tmp_path):
+    model = ScriptedChatModel(script=[AIMessage("一二三四五")], stream_chunks=True)
+    with open_checkpointer(f"sqlite:///{tmp_path}/s.db") as saver:
+        graph = build_graph(make_config(model), saver)
+        pieces = [
+            c.content for c, meta in graph.stream({"messages": [human("hi")]}, thread("s"), stream_mode="messages")
+            if isinstance(c, AIMessageChunk) and meta["langgraph_node"] == "call_model"
+        ]
+    assert "".join(p if isinstance(p, str) else "".join(b.get("text", "") for b in p) for p in pieces) == "一二三四五"
+    assert len(pieces) >= 5
+
+
+# -- crash and resume ------------------------------------------------------------
+
+
+def worker(db: Path, log: Path, mode: str, execution: str, *, hang: bool) -> subprocess.Popen:
+    env = {**os.environ, "HANG": "1" if hang else "0", "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.crash_worker", str(db), str(log), mode, execution],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+
+
+def kill_inside_slow_tool(tmp_path: Path, execution: str) -> tuple[Path, Path]:
+    db, log = tmp_path / "crash.db", tmp_path / "tools.log"
+    proc = worker(db, log, "start", execution, hang=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        lines = log.read_text().splitlines() if log.exists() else []
+        if "slow start" in lines and "quick k" in lines:
+            break
+        assert proc.poll() is None, proc.stdout.read().decode()
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("the worker never reached the slow tool")
+    time.sleep(0.3)  # let the finished quick call's result reach the saver
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(10) == -signal.SIGKILL
+    return db, log
+
+
+def transcript(db: Path) -> list:
+    with open_checkpointer(f"sqlite:///{db}") as saver:
+        graph = build_graph(make_config(echo_model()), saver)
+        return graph.get_state(thread("crash")).values["messages"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("execution", ["parallel", "sequential"])
+def test_resume_after_sigkill_inside_a_tool_finishes_the_turn(tmp_path, execution):
+    db, log = kill_inside_slow_tool(tmp_path, execution)
+    resumed = worker(db, log, "resume", execution, hang=False)
+    output = resumed.communicate(timeout=60)[0].decode()
+    assert resumed.returncode == 0, output
+
+    lines = log.read_text().splitlines()
+    assert lines.count("quick k") == 1, "the finished call is not run again"
+    assert lines.count("slow start") == 2, "the call that was running is run again"
+    messages = transcript(db)
+    kinds = [type(m).__name__ for m in messages]
+    assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "ToolMessage", "AIMessage"]
+    assert [m.tool_call_id for m in messages if isinstance(m, ToolMessage)] == ["call-1", "call-2"]
+    assert messages[-1].content == "都查好了：value of k，report on t"
+
+
+@pytest.mark.slow
+def test_new_message_on_an_interrupted_thread_closes_the_dangling_calls(tmp_path):
+    db, log = kill_inside_slow_tool(tmp_path, "parallel")
+    newer = worker(db, log, "new", "parallel", hang=False)
+    output = newer.communicate(timeout=60)[0].decode()
+    assert newer.returncode == 0, output
+
+    sent = next(line for line in log.read_text().splitlines() if line.startswith("sent "))
+    assert "ai: | tool:call-1 | tool:call-2 | human:" in sent, "the provider never sees a dangling call"
+    messages = transcript(db)
+    closed = [m for m in messages if isinstance(m, ToolMessage)]
+    assert [m.tool_call_id for m in closed] == ["call-1", "call-2"]
+    assert all(m.status == "error" and m.content.startswith("interrupted") for m in closed)
+    assert [m.content for m in messages if isinstance(m, HumanMessage)] == ["查一下", "算了，换个话题"]
+
+
+# -- checkpoint growth ---------------------------------------------------------------
+
+
+def test_checkpoint_bytes_per_turn_do_not_grow_with_the_session(tmp_path):
+    db = tmp_path / "growth.db"
+    model = ScriptedChatModel(script=[tool_calls(call("get_time", "c")), AIMessage("现在八点半，" * 20)] * 60)
+    sizes = []
+    with open_checkpointer(f"sqlite:///{db}") as saver:
+        graph = build_graph(make_config(model), saver)
+        for turn in range(60):
+            graph.invoke({"messages": [HumanMessage("几点了？" * 20, id=f"m{turn}")]}, thread("g"))
+            with sqlite3.connect(db) as conn:
+                sizes.append(sum(conn.execute(
+                    "select coalesce(sum(length(checkpoint)),0) + coalesce(sum(length(metadata)),0) from checkpoints"
+                ).fetchone()) + conn.execute("select coalesce(sum(length(value)),0) from writes").fetchone()[0])
+    per_turn = [b - a for a, b in zip(sizes, sizes[1:], strict=False)]
+    early, late = sum(per_turn[:10]) / 10, sum(per_turn[-10:]) / 10
+    assert late < early * 1.5, f"bytes per turn grew from {early:.0f} to {late:.0f}"
