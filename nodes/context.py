@@ -21,7 +21,7 @@ from langgraph.runtime import Runtime
 from graph.env import SessionEnv
 from memory.block import format_memory_block
 from nodes.attribution import attribute_conversation
-from nodes.encoding import encode_for_provider
+from nodes.encoding import encode_for_provider, without_unsafe_names
 from nodes.loop import Loop
 from nodes.transcript import current_round, latest_user_text
 
@@ -87,6 +87,8 @@ def assemble_view(
         conversation, restricted=env.restricted, current=persona_id, display_name=loop.display_name
     )
     view = encode_for_provider(loop.encoding_for(persona_id), leading, attribution)
+    if loop.provider_for(persona_id) == "openai":
+        view = without_unsafe_names(view)
     if loop.config.transform_context is not None:
         view = loop.config.transform_context(view, current_round(messages) + 1)
     return view

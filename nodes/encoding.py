@@ -16,6 +16,7 @@ putting attribution into user or assistant text:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Literal
 
@@ -33,6 +34,20 @@ ENCODING_BY_PROVIDER: dict[Provider, Encoding] = {
     "other": "inline",
 }
 NOTE_INDEX_HEADER = "发言归属索引（按对话中的消息序号，序号从 1 起）："
+# OpenAI's `name` field accepts only these; a nickname like 小明 is rejected
+# with a 400. The notes already carry attribution, so such names are omitted
+# from the request copy (the stored message keeps its name).
+_OPENAI_SAFE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def without_unsafe_names(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """Request copies of the messages, minus `name`s the OpenAI API would reject."""
+    return [
+        m.model_copy(update={"name": None})
+        if getattr(m, "name", None) and not _OPENAI_SAFE_NAME.match(m.name)
+        else m
+        for m in messages
+    ]
 
 
 def encode_for_provider(

@@ -21,7 +21,7 @@ from langchain_core.tools import BaseTool
 
 from memory.background import BackgroundJobs
 from nodes.encoding import ENCODING_BY_PROVIDER, Encoding
-from nodes.knobs import Knobs, provider_of
+from nodes.knobs import Knobs, Provider, provider_of
 from nodes.transcript import last_human
 
 if TYPE_CHECKING:
@@ -100,11 +100,14 @@ class Loop:
     def model_for(self, persona_id: str | None) -> BaseChatModel:
         return self.persona_models.get(persona_id or "", self.default_model)
 
+    def provider_for(self, persona_id: str | None) -> Provider:
+        return provider_of(self.model_for(persona_id))
+
     def encoding_for(self, persona_id: str | None) -> Encoding:
         """The configured attribution encoding, or the one the persona's provider needs."""
         if self.config.attribution_encoding != "auto":
             return self.config.attribution_encoding
-        return ENCODING_BY_PROVIDER[provider_of(self.model_for(persona_id))]
+        return ENCODING_BY_PROVIDER[self.provider_for(persona_id)]
 
     # -- run facts -------------------------------------------------------
     def now(self) -> datetime:

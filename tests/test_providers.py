@@ -1,0 +1,133 @@
+"""Provider portability: what each provider family is actually sent keeps the stored order.
+
+The graph's view is recorded by the scripted model (reporting the provider
+family), then turned into the real request payload by the provider's own
+LangChain formatter — offline, no network.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from langchain_anthropic import ChatAnthropic
+from langchain_core.messages import AIMessage, SystemMessage
+from langchain_openai import ChatOpenAI
+
+from graph import Persona, SessionEnv, build_graph, open_checkpointer
+from nodes.attribution import SPEAKER_SWITCH_MARKER
+from nodes.encoding import NOTE_INDEX_HEADER
+from tests.conftest import human, make_config, thread
+from tests.scripted import ScriptedChatModel, call, tool_calls
+
+GROUP = SessionEnv(actor="group")
+THIRD = "以下发言来自「小明」——本会话里的第三方人员（非管理员账户），不是主人，也不是你说的。"
+OWNER = "以下发言来自主人（管理员账户）本人，不是你说的，也不是本会话里的第三方人员。"
+SELF = "以下发言来自你自己——「昔涟」（xilian）。"
+
+
+class SingleSystemModel(ScriptedChatModel):
+    """Like many local chat templates: one system message, first, or an error."""
+
+    def _next(self, messages, kwargs):
+        if any(isinstance(m, SystemMessage) for m in messages[1:]):
+            raise ValueError("System message must be at the beginning")
+        return super()._next(messages, kwargs)
+
+
+def group_conversation(model, **overrides) -> list:
+    """A group chat: third party, owner, a tool call by the persona; returns the last view."""
+    script = [AIMessage("大家好"), tool_calls(call("get_time", "c1")), AIMessage("八点半")]
+    model.script = script
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(model, restricted_tools={"get_time"}, **overrides), saver)
+        graph.invoke({"messages": [human("hi", id="1", name="小明")]}, thread("g"), context=GROUP)
+        graph.invoke({"messages": [human("几点了", id="2")]}, thread("g"), context=GROUP)
+    return model.requests[-1].messages
+
+
+STORED_ORDER = [("human", "hi"), ("ai", "大家好"), ("human", "几点了"), ("ai", ""), ("tool", "08:30")]
+
+
+def conversation_only(view) -> list:
+    return [(m.type, m.content) for m in view if not isinstance(m, SystemMessage)]
+
+
+def test_openai_compatible_gets_the_exact_inline_rendering():
+    view = group_conversation(ScriptedChatModel(provider="openai"))
+    payload = ChatOpenAI(model="gpt-4o-mini", api_key="offline")._get_request_payload(view)
+    sent = [(m["role"], m.get("content") or "") for m in payload["messages"]]
+    assert sent[2:] == [
+        ("system", SPEAKER_SWITCH_MARKER + THIRD),
+        ("user", "hi"),
+        ("system", SPEAKER_SWITCH_MARKER + SELF),
+        ("assistant", "大家好"),
+        ("system", SPEAKER_SWITCH_MARKER + OWNER),
+        ("user", "几点了"),
+        ("system", SPEAKER_SWITCH_MARKER + SELF),
+        ("assistant", ""),
+        ("tool", "08:30"),
+    ]
+    assert all("name" not in m for m in payload["messages"] if m["role"] == "user"), (
+        "OpenAI rejects non-ASCII names; the notes carry attribution instead"
+    )
+
+
+def test_anthropic_gets_one_system_prompt_and_the_stored_order():
+    view = group_conversation(ScriptedChatModel(provider="anthropic"))
+    assert conversation_only(view) == STORED_ORDER
+    assert [isinstance(m, SystemMessage) for m in view].count(True) == 1 and isinstance(view[0], SystemMessage)
+    payload = ChatAnthropic(model="claude-sonnet-4-5", api_key="offline")._get_request_payload(view)
+    system = payload["system"] if isinstance(payload["system"], str) else payload["system"][0]["text"]
+    assert system.startswith("你是昔涟。")
+    assert system.endswith(
+        NOTE_INDEX_HEADER + "\n"
+        f"第1条起：{SPEAKER_SWITCH_MARKER}{THIRD}\n"
+        f"第2条起：{SPEAKER_SWITCH_MARKER}{SELF}\n"
+        f"第3条起：{SPEAKER_SWITCH_MARKER}{OWNER}\n"
+        f"第4条起：{SPEAKER_SWITCH_MARKER}{SELF}"
+    )
+    roles = [m["role"] for m in payload["messages"]]
+    assert roles == ["user", "assistant", "user", "assistant", "user"]
+    text = json.dumps(payload["messages"], ensure_ascii=False)
+    assert SPEAKER_SWITCH_MARKER not in text, "attribution never enters user or assistant text"
+    assert text.index("hi") < text.index("大家好") < text.index("几点了") < text.index("08:30")
+
+
+@pytest.mark.parametrize(("provider", "override"), [("ollama", "auto"), ("google_genai", "auto"), ("scripted", "leading")])
+def test_single_system_models_get_the_leading_encoding(provider, override):
+    view = group_conversation(SingleSystemModel(provider=provider), attribution_encoding=override)
+    assert conversation_only(view) == STORED_ORDER
+    assert isinstance(view[0], SystemMessage) and sum(isinstance(m, SystemMessage) for m in view) == 1
+
+
+def test_single_system_model_fails_with_inline_and_the_override_is_honoured():
+    with pytest.raises(ValueError, match="System message must be at the beginning"):
+        group_conversation(SingleSystemModel(provider="scripted"), attribution_encoding="inline")
+
+
+def test_unlabelled_single_system_view_still_merges_leading_blocks():
+    model = SingleSystemModel(provider="ollama", script=[AIMessage("ok")])
+    build_graph(make_config(model, timezone="UTC")).invoke(
+        {"messages": [human("hi")], "working_memory": "加班中"}, thread("u")
+    )
+    view = model.requests[0].messages
+    assert [m.type for m in view] == ["system", "human"]
+    assert view[0].content.split("\n\n") == ["你是昔涟。", "当前时间：2026-11-29 08:30（星期日，UTC）", "工作记忆: 加班中"]
+
+
+def test_knobs_reach_the_real_request_payloads():
+    openai = ChatOpenAI(model="o4-mini", api_key="offline")
+    model = ScriptedChatModel(provider="openai", script=[AIMessage("ok")])
+    personas = {"xilian": Persona(name="昔涟", instructions="你是昔涟。", reasoning_effort="high")}
+    build_graph(make_config(model, personas=personas)).invoke({"messages": [human("hi")]}, thread("k"))
+    request = model.requests[0]
+    assert openai._get_request_payload(request.messages, **request.kwargs)["reasoning_effort"] == "high"
+
+    anthropic = ChatAnthropic(model="claude-sonnet-4-5", api_key="offline")
+    model = ScriptedChatModel(provider="anthropic", script=[AIMessage("ok")])
+    personas = {"xilian": Persona(name="昔涟", instructions="你是昔涟。", thinking_budget=2048)}
+    build_graph(make_config(model, personas=personas)).invoke({"messages": [human("hi")]}, thread("k"))
+    request = model.requests[0]
+    payload = anthropic._get_request_payload(request.messages, **request.kwargs)
+    assert payload["thinking"] == {"type": "enabled", "budget_tokens": 2048}
