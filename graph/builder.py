@@ -1,9 +1,10 @@
 """`build_graph`: the loop's `StateGraph`, wired as DESIGN §3 draws it.
 
-    START → assemble_context → call_model ─┬─ tool calls → dispatch_tools (one Send per call) ─┐
-                 ↑                          │                                                   │
-                 └──────────────────────────┼───────────────────────────────────────────────────┘
-                                            └─ otherwise → extract_memory → finish_turn → END
+    START → resolve_vision → compact → assemble_context → call_model
+                               ↑                                │ tool calls and round < max_rounds
+                               └────── dispatch_tools ←─────────┘ (one Send per call)
+                                                                │ otherwise
+                                                  extract_memory → finish_turn → END
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from langgraph.types import Command, Send
 from graph.config import LoopConfig
 from graph.env import SessionEnv
 from graph.state import LoopState, TurnInput
+from nodes.compact import make_compact
 from nodes.context import make_assemble_context
 from nodes.extraction import make_extract_memory
 from nodes.loop import Loop
@@ -29,8 +31,11 @@ from nodes.model_call import make_call_model
 from nodes.tools import make_dispatch_tools
 from nodes.transcript import pending_tool_calls
 from nodes.turn_end import make_finish_turn
+from nodes.vision import make_resolve_vision
 
-ASSEMBLE, CALL, DISPATCH, EXTRACT, FINISH = (
+VISION, COMPACT, ASSEMBLE, CALL, DISPATCH, EXTRACT, FINISH = (
+    "resolve_vision",
+    "compact",
     "assemble_context",
     "call_model",
     "dispatch_tools",
@@ -59,7 +64,7 @@ def route_after_model(sequential: bool):
 def route_after_tools(state: dict) -> list[Send] | str:
     """Sequential mode: the next call of the batch, in order, or back to the model."""
     pending = pending_tool_calls(state["messages"])
-    return _sends(pending[:1]) if pending else ASSEMBLE
+    return _sends(pending[:1]) if pending else COMPACT
 
 
 class NothingToResumeError(ValueError):
@@ -117,18 +122,22 @@ def build_graph(
     graph: StateGraph[Any, SessionEnv, Any, Any] = StateGraph(
         LoopState, context_schema=SessionEnv, input_schema=TurnInput
     )
+    graph.add_node(VISION, make_resolve_vision(loop))
+    graph.add_node(COMPACT, make_compact(loop))
     graph.add_node(ASSEMBLE, make_assemble_context(loop))
     graph.add_node(CALL, RunnableCallable(*make_call_model(loop), name=CALL, trace=False))
     graph.add_node(DISPATCH, make_dispatch_tools(loop))
     graph.add_node(EXTRACT, make_extract_memory(loop))
     graph.add_node(FINISH, make_finish_turn(loop))
-    graph.add_edge(START, ASSEMBLE)
+    graph.add_edge(START, VISION)
+    graph.add_edge(VISION, COMPACT)
+    graph.add_edge(COMPACT, ASSEMBLE)
     graph.add_edge(ASSEMBLE, CALL)
     graph.add_conditional_edges(CALL, route_after_model(sequential), [DISPATCH, EXTRACT])
     if sequential:
-        graph.add_conditional_edges(DISPATCH, route_after_tools, [DISPATCH, ASSEMBLE])
+        graph.add_conditional_edges(DISPATCH, route_after_tools, [DISPATCH, COMPACT])
     else:
-        graph.add_edge(DISPATCH, ASSEMBLE)
+        graph.add_edge(DISPATCH, COMPACT)
     graph.add_edge(EXTRACT, FINISH)
     graph.add_edge(FINISH, END)
     compiled = graph.compile(checkpointer=checkpointer, store=store, name=name)

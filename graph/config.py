@@ -72,6 +72,8 @@ class LoopConfig(BaseModel):
     max_context_tokens: int = Field(default=0, ge=0)
     compactor: Any = None
     vision: Any = None
+    model_accepts_images: bool | None = None
+    max_image_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
     transform_context: Callable[[list[Any], int], list[Any]] | None = None
     guards: Sequence[Guard] = ()
     hooks: ToolHooks = Field(default_factory=ToolHooks)

@@ -25,6 +25,7 @@ from langgraph.channels.delta import DeltaChannel
 from langgraph.channels.untracked_value import UntrackedValue
 from langgraph.graph.message import Messages, add_messages
 
+from nodes.compaction import Summary
 from nodes.transcript import close_interrupted_calls
 
 
@@ -52,6 +53,10 @@ class LoopState(TypedDict):
     """Caller-provided working-memory summary, rendered as `工作记忆: …`."""
     mood: NotRequired[Any]
     """What `on_turn_end` returned for the latest finished turn."""
+    summary: NotRequired[Summary]
+    """Compaction's running summary and the last message it covers (the transcript stays whole)."""
+    image_descriptions: NotRequired[dict[str, str]]
+    """Vision cache for this session: image hash → description."""
     capacity: NotRequired[dict[str, int]]
     """Awake capacity tiers → the turn number they were last woken or used in."""
     model_view: NotRequired[Annotated[list[AnyMessage], UntrackedValue(list)]]

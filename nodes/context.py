@@ -21,6 +21,7 @@ from langgraph.runtime import Runtime
 from graph.env import SessionEnv
 from memory.block import format_memory_block
 from nodes.attribution import attribute_conversation
+from nodes.compaction import Summary, summary_message, uncovered_start
 from nodes.encoding import encode_for_provider, without_unsafe_names
 from nodes.loop import Loop
 from nodes.transcript import current_round, latest_user_text
@@ -63,26 +64,53 @@ def memory_block(loop: Loop, env: SessionEnv, persona_id: str | None, query: str
     return format_memory_block(results, restricted=env.restricted)
 
 
+def leading_blocks(
+    loop: Loop,
+    env: SessionEnv,
+    persona_id: str | None,
+    *,
+    working_memory: str | None,
+    memory: str = "",
+    summary: Summary | None = None,
+) -> list[BaseMessage]:
+    """The system blocks before the conversation, in the seed's order."""
+    persona = loop.persona(persona_id)
+    blocks: list[BaseMessage] = []
+    if persona and persona.instructions:
+        blocks.append(SystemMessage(persona.instructions))
+    if loop.zone is not None:
+        blocks.append(SystemMessage(time_block(loop.now(), loop.zone)))
+    if working_memory:
+        blocks.append(SystemMessage(WORKING_MEMORY_PREFIX + working_memory))
+    if memory:
+        blocks.append(SystemMessage(memory))
+    if folded := summary_message(summary):
+        blocks.append(folded)
+    return blocks
+
+
+def visible_conversation(messages: Sequence[BaseMessage], summary: Summary | None) -> list[BaseMessage]:
+    """What the model still sees verbatim: after the summary, minus guard-hidden messages."""
+    return [m for m in messages[uncovered_start(messages, summary) :] if not is_hidden(m)]
+
+
 def assemble_view(
     loop: Loop,
     env: SessionEnv,
     messages: Sequence[BaseMessage],
     *,
     working_memory: str | None = None,
+    summary: Summary | None = None,
+    with_memory: bool = True,
 ) -> list[BaseMessage]:
-    """The exact message list the model is sent this round."""
+    """The exact message list the model is sent this round (`with_memory=False`: minus the
+    memory block, which is how compaction estimates the view without searching twice)."""
     persona_id = loop.persona_for(env)
-    persona = loop.persona(persona_id)
-    conversation = [m for m in messages if not is_hidden(m)]
-    leading: list[BaseMessage] = []
-    if persona and persona.instructions:
-        leading.append(SystemMessage(persona.instructions))
-    if loop.zone is not None:
-        leading.append(SystemMessage(time_block(loop.now(), loop.zone)))
-    if working_memory:
-        leading.append(SystemMessage(WORKING_MEMORY_PREFIX + working_memory))
-    if block := memory_block(loop, env, persona_id, latest_user_text(conversation)):
-        leading.append(SystemMessage(block))
+    conversation = visible_conversation(messages, summary)
+    memory = memory_block(loop, env, persona_id, latest_user_text(conversation)) if with_memory else ""
+    leading = leading_blocks(
+        loop, env, persona_id, working_memory=working_memory, memory=memory, summary=summary
+    )
     attribution = attribute_conversation(
         conversation, restricted=env.restricted, current=persona_id, display_name=loop.display_name
     )
@@ -94,6 +122,17 @@ def assemble_view(
     return view
 
 
+def view_of_state(loop: Loop, env: SessionEnv, state: dict, *, with_memory: bool = True) -> list[BaseMessage]:
+    return assemble_view(
+        loop,
+        env,
+        state["messages"],
+        working_memory=state.get("working_memory"),
+        summary=state.get("summary"),
+        with_memory=with_memory,
+    )
+
+
 def make_assemble_context(loop: Loop):
     """The `assemble_context` node: publishes this round's model view."""
 
@@ -101,9 +140,6 @@ def make_assemble_context(loop: Loop):
         state: dict, config: RunnableConfig, runtime: Runtime[SessionEnv]
     ) -> dict:
         """Build the model's view for this round (instructions, time, memories, attribution)."""
-        view = assemble_view(
-            loop, env_of(runtime), state["messages"], working_memory=state.get("working_memory")
-        )
-        return {"model_view": view}
+        return {"model_view": view_of_state(loop, env_of(runtime), state)}
 
     return assemble_context

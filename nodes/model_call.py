@@ -19,7 +19,7 @@ from langgraph.runtime import Runtime
 
 from graph.capacity import CapacityEvent
 from graph.env import SessionEnv
-from nodes.context import assemble_view, env_of
+from nodes.context import env_of, view_of_state
 from nodes.guards import Block, first_request_block, first_response_block
 from nodes.knobs import Knobs, provider_of, request_kwargs
 from nodes.loop import Loop
@@ -137,9 +137,7 @@ def plan_round(
             plan.update.update(blocked_request_update(loop, plan, messages, block))
             return plan
 
-    plan.view = state.get("model_view") or assemble_view(
-        loop, env, messages, working_memory=state.get("working_memory")
-    )
+    plan.view = state.get("model_view") or view_of_state(loop, env, state)
     plan.knobs = loop.knobs_for(plan.persona_id)
     model = loop.model_for(plan.persona_id)
     tools = [loop.tools_by_name[n] for n in advertised_tools(loop, env, awake)]

@@ -233,7 +233,7 @@ async def test_sync_and_async_paths_produce_the_same_transcript():
     assert shape == [("human", "2+3"), ("ai", ""), ("tool", "5"), ("ai", "是5")]
     assert [(m.type, m.content) for m in async_out["messages"]] == shape
     assert [next(iter(u)) for u in updates] == [
-        "assemble_context", "call_model", "dispatch_tools", "assemble_context", "call_model",
-        "extract_memory", "finish_turn",
+        "resolve_vision", "compact", "assemble_context", "call_model", "dispatch_tools",
+        "compact", "assemble_context", "call_model", "extract_memory", "finish_turn",
     ]
     assert [r.texts for r in sync_model.requests] == [r.texts for r in async_model.requests[:2]]

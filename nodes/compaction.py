@@ -1,0 +1,143 @@
+"""Context compaction (seed `compactIfNeeded`): summarise older turns, keep the tail whole.
+
+The transcript is never shortened. State keeps a `summary` — its text and the
+id of the last message it covers — and the model view becomes
+"summary + everything after it". Planning is pure: a cut is only ever placed on
+a non-tool message at or before the turn's opening user message, so an AI
+message with tool calls is never separated from its results and the tail
+always holds the latest user message and whatever followed it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypedDict
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages.utils import count_tokens_approximately
+
+from nodes.transcript import message_text, turn_start
+
+log = logging.getLogger("cyrene.compaction")
+
+SUMMARY_PREFIX = "对话摘要（更早的对话已压缩，按发言人标注）：\n"
+TokenCounter = Callable[[Sequence[BaseMessage]], int]
+Describe = Callable[[BaseMessage], str]
+
+
+class Summary(TypedDict):
+    """What the compactor has folded so far."""
+
+    text: str
+    upto: str
+    """Id of the last transcript message the summary covers."""
+
+
+class Compactor(Protocol):
+    def compact(
+        self, messages: Sequence[BaseMessage], previous: str | None, budget: int, describe: Describe
+    ) -> str:
+        """Summarise `messages` (new since `previous`) into at most ~`budget` tokens."""
+
+
+def summary_message(summary: Summary | None) -> SystemMessage | None:
+    return SystemMessage(SUMMARY_PREFIX + summary["text"]) if summary else None
+
+
+def uncovered_start(messages: Sequence[BaseMessage], summary: Summary | None) -> int:
+    """Index of the first message the summary does not cover (0 without a summary)."""
+    if not summary:
+        return 0
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].id == summary["upto"]:
+            return i + 1
+    return 0  # the covered message is gone (edited transcript): summarise afresh
+
+
+def plan_cut(
+    messages: Sequence[BaseMessage], start: int, tail_budget: int, sizes: Sequence[int]
+) -> int | None:
+    """The smallest legal cut whose tail fits `tail_budget`, else the largest legal cut.
+
+    `sizes[i]` is the token estimate of `messages[i]`. Legal cuts lie in
+    (start, turn opening] on a non-tool message. None when nothing older than
+    the current turn is left to fold.
+    """
+    opening = turn_start(messages)
+    tail = sum(sizes[opening:])
+    best = None
+    # Walk cuts from the newest legal one backwards, growing the tail.
+    for cut in range(opening, start, -1):
+        if cut < opening:
+            tail += sizes[cut]
+        if isinstance(messages[cut], ToolMessage):
+            continue
+        if tail > tail_budget:
+            return best if best is not None else cut
+        best = cut
+    return best
+
+
+@dataclass
+class StructuralCompactor:
+    """No model call: the first line of each older message, with its speaker, newest kept."""
+
+    line_chars: int = 80
+
+    def compact(
+        self, messages: Sequence[BaseMessage], previous: str | None, budget: int, describe: Describe
+    ) -> str:
+        lines = previous.splitlines() if previous else []
+        for message in messages:
+            text = message_text(message).strip().splitlines()
+            if isinstance(message, ToolMessage):
+                first = f"工具 {message.name or ''}：{text[0] if text else ''}"
+            elif text:
+                first = f"{describe(message)}：{text[0]}"
+            else:
+                continue
+            lines.append("- " + first[: self.line_chars])
+        while len(lines) > 1 and count_tokens_approximately([HumanMessage("\n".join(lines))]) > budget:
+            lines.pop(0)
+        return "\n".join(lines)
+
+
+COMPACTION_PROMPT = (
+    "你在维护一段长对话的滚动摘要。把「已有摘要」与「新增对话」合并成一份新的摘要：保留事实、约定、"
+    "未完成的事，以及每句话是谁说的（保留方括号里的发言人标注），删去寒暄。只输出摘要本身。"
+)
+
+
+class LLMCompactor:
+    """A chat model writes the summary, incrementally: it sees only what is new since the last one."""
+
+    def __init__(self, model: BaseChatModel) -> None:
+        self.model = model
+
+    def prompt(self, messages: Sequence[BaseMessage], previous: str | None, budget: int, describe: Describe) -> list:
+        lines = [f"[{describe(m)}] {message_text(m)}" for m in messages if message_text(m)]
+        body = f"已有摘要：\n{previous or '（无）'}\n\n新增对话：\n" + "\n".join(lines)
+        return [SystemMessage(f"{COMPACTION_PROMPT}摘要不超过约 {budget} 个 token。"), HumanMessage(body)]
+
+    def compact(
+        self, messages: Sequence[BaseMessage], previous: str | None, budget: int, describe: Describe
+    ) -> str:
+        return message_text(self.model.invoke(self.prompt(messages, previous, budget, describe))).strip()
+
+
+def token_counter(model: Any) -> TokenCounter:
+    """The model's own counter when its class provides one (and it works offline), else LangChain's estimate."""
+    own = getattr(type(model), "get_num_tokens_from_messages", None)
+    if own is None or own is BaseChatModel.get_num_tokens_from_messages:
+        return count_tokens_approximately
+
+    def count(messages: Sequence[BaseMessage]) -> int:
+        try:
+            return model.get_num_tokens_from_messages(list(messages))
+        except Exception:  # e.g. a tokenizer that would download its vocabulary
+            return count_tokens_approximately(messages)
+
+    return count

@@ -1,0 +1,147 @@
+"""Compaction: exact trigger, tool pairs never split, transcript intact, summaries keep speakers."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages.utils import count_tokens_approximately
+
+from graph import SessionEnv, build_graph, open_checkpointer
+from nodes.compaction import SUMMARY_PREFIX, LLMCompactor, plan_cut
+from nodes.transcript import turn_start
+from tests.conftest import make_config, thread
+from tests.scripted import ScriptedChatModel, call, tool_calls
+
+
+def history(turns: int, *, persona: str | None = "xilian", nick: str | None = None) -> list:
+    messages = []
+    for i in range(turns):
+        messages.append(HumanMessage(f"第{i}个问题，" + "内容" * 20, id=f"h{i}", name=nick))
+        messages.append(AIMessage(f"第{i}个回答\n细节" + "很长" * 20, id=f"a{i}", name=persona))
+    messages.append(HumanMessage("最新的问题", id="latest", name=nick))
+    return messages
+
+
+def summary_of(view) -> str | None:
+    return next((m.content for m in view if isinstance(m, SystemMessage) and m.content.startswith(SUMMARY_PREFIX)), None)
+
+
+def run(messages, budget, **overrides):
+    model = ScriptedChatModel(script=[AIMessage("好")])
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(model, max_context_tokens=budget, **overrides), saver)
+        out = graph.invoke({"messages": messages}, thread("c"), context=overrides.pop("env", SessionEnv()))
+    return model.requests[0].messages, out
+
+
+def test_compaction_triggers_exactly_when_over_budget():
+    messages = history(12)
+    uncompacted, _ = run(messages, 0)
+    exact = count_tokens_approximately(uncompacted)
+    at_budget, _ = run(messages, exact)
+    over_budget, _ = run(messages, exact - 1)
+    assert at_budget == uncompacted and summary_of(at_budget) is None
+    assert summary_of(over_budget) is not None
+    assert over_budget[-1].content == "最新的问题"
+    assert count_tokens_approximately(over_budget) <= exact - 1
+
+
+def test_the_transcript_is_never_shortened():
+    messages = history(12)
+    view, out = run(messages, 300)
+    assert [m.id for m in out["messages"][:-1]] == [m.id for m in messages]
+    assert out["summary"]["upto"] in {m.id for m in messages}
+    assert len(view) < len(messages)
+
+
+def test_structural_summary_keeps_who_said_what():
+    view, _ = run(history(10, nick="小明", persona=None), 300, env=SessionEnv(actor="group"))
+    summary = summary_of(view)
+    assert "- 「小明」：第3个问题" in summary
+    assert "- 「昔涟」（xilian）：第3个回答" in summary, "unlabelled replies in a group are the persona's"
+    owner_summary = summary_of(run(history(10), 300)[0])
+    assert "- 用户：第3个问题" in owner_summary and "- 「昔涟」（xilian）：第3个回答" in owner_summary
+
+
+def test_a_failing_or_empty_compactor_leaves_the_view_whole(caplog):
+    class Broken:
+        def compact(self, *args):
+            raise RuntimeError("summariser down")
+
+    class Empty:
+        def compact(self, *args):
+            return "  "
+
+    messages = history(12)
+    for compactor, words in ((Broken(), "compactor failed"), (Empty(), "returned nothing")):
+        view, out = run(messages, 300, compactor=compactor)
+        assert summary_of(view) is None and [m.id for m in view if m.id] == [m.id for m in messages]
+        assert out["messages"][-1].content == "好"
+        assert words in caplog.text
+
+
+def test_llm_compactor_summarises_only_what_is_new():
+    summariser = ScriptedChatModel(script=[AIMessage("摘要一"), AIMessage("摘要二")])
+    model = ScriptedChatModel(script=[AIMessage("好"), AIMessage("好")])
+    config = make_config(model, max_context_tokens=260, compactor=LLMCompactor(summariser))
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(config, saver)
+        graph.invoke({"messages": history(8)}, thread("l"))
+        more = [HumanMessage(f"新问题{i}" + "字" * 40, id=f"n{i}") for i in range(6)]
+        extra = []
+        for m in more[:-1]:
+            extra += [m, AIMessage("新回答" + "字" * 40, id=f"r{m.id}")]
+        graph.invoke({"messages": [*extra, more[-1]]}, thread("l"))
+    first, second = (r.messages[1].content for r in summariser.requests)
+    assert first.startswith("已有摘要：\n（无）") and "[用户] 第0个问题" in first
+    assert second.startswith("已有摘要：\n摘要一") and "第0个问题" not in second and "新问题0" in second
+    assert summary_of(model.requests[1].messages) == SUMMARY_PREFIX + "摘要二"
+
+
+def test_tool_results_stay_with_their_call_in_the_kept_tail():
+    messages = history(6)
+    model = ScriptedChatModel(script=[tool_calls(call("get_time", "t1")), AIMessage("八点半")])
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(model, max_context_tokens=200), saver)
+        graph.invoke({"messages": messages}, thread("t"))
+    second = model.requests[1].messages
+    kinds = [type(m).__name__ for m in second if not isinstance(m, SystemMessage)]
+    assert kinds[-3:] == ["HumanMessage", "AIMessage", "ToolMessage"]
+
+
+# -- property: a cut never separates a tool call from its results ---------------------
+
+
+@st.composite
+def transcripts(draw):
+    messages = []
+    for t in range(draw(st.integers(1, 6))):
+        messages.append(HumanMessage(f"q{t}", id=f"h{t}"))
+        for r in range(draw(st.integers(0, 3))):
+            calls = [call("get_time", f"c{t}-{r}-{k}") for k in range(draw(st.integers(1, 3)))]
+            messages.append(AIMessage("", tool_calls=calls, id=f"a{t}-{r}"))
+            messages += [ToolMessage("x", tool_call_id=c["id"], id=f"m{c['id']}") for c in calls]
+        if draw(st.booleans()):
+            messages.append(AIMessage(f"reply {t}", id=f"f{t}"))
+    sizes = draw(st.lists(st.integers(1, 50), min_size=len(messages), max_size=len(messages)))
+    start = draw(st.integers(0, len(messages) - 1))
+    budget = draw(st.integers(0, 400))
+    return messages, sizes, start, budget
+
+
+@settings(max_examples=300, deadline=None)
+@given(transcripts())
+def test_plan_cut_never_splits_a_tool_call_from_its_results(case):
+    messages, sizes, start, budget = case
+    cut = plan_cut(messages, start, budget, sizes)
+    if cut is None:
+        return
+    assert start < cut <= turn_start(messages), "the tail keeps the latest user message"
+    assert not isinstance(messages[cut], ToolMessage)
+    head_ids = {c["id"] for m in messages[:cut] if isinstance(m, AIMessage) for c in m.tool_calls}
+    tail_results = {m.tool_call_id for m in messages[cut:] if isinstance(m, ToolMessage)}
+    assert not head_ids & tail_results
+    if sum(sizes[cut:]) > budget:
+        later = [i for i in range(cut + 1, turn_start(messages) + 1) if not isinstance(messages[i], ToolMessage)]
+        assert later == [], "an over-budget tail means no later legal cut exists"
