@@ -14,6 +14,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import run_in_executor
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.runtime import Runtime
 
@@ -198,7 +199,9 @@ def make_call_model(loop: Loop) -> tuple[Callable, Callable]:
         state: dict, config: RunnableConfig, runtime: Runtime[SessionEnv]
     ) -> dict:
         """Call the persona's model with this round's view and the tools it may use."""
-        plan = plan_round(loop, state, config, runtime)
+        # Planning and finishing may search Chroma, write event logs and run
+        # user hooks: blocking work that belongs off the event loop.
+        plan = await run_in_executor(config, plan_round, loop, state, config, runtime)
         if plan.model is None:
             return plan.update
         if not plan.knobs.show_thinking and not plan.buffered:
@@ -206,6 +209,6 @@ def make_call_model(loop: Loop) -> tuple[Callable, Callable]:
             response = gate.transcript_message(await gate.ainvoke(plan.view, config))
         else:
             response = await plan.model.ainvoke(plan.view, _call_config(plan, config))
-        return finish_round(loop, plan, response)
+        return await run_in_executor(config, finish_round, loop, plan, response)
 
     return call_model, acall_model

@@ -11,6 +11,7 @@ may veto, then the call runs and `after_call` sees the result.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from langchain_core.messages import ToolMessage
@@ -77,10 +78,13 @@ def make_dispatch_tools(loop: Loop) -> ToolNode:
     async def aguarded(
         request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolOutcome]]
     ):
-        if (refused := refusal(loop, request)) is not None:
+        # Audit sinks and hooks may block (files, HTTP): keep them off the event loop.
+        if (refused := await asyncio.to_thread(refusal, loop, request)) is not None:
             return refused
         result = await execute(request)
-        run_hook("after_call", loop.config.hooks.after_call, request.tool_call, result, _env(request))
+        await asyncio.to_thread(
+            run_hook, "after_call", loop.config.hooks.after_call, request.tool_call, result, _env(request)
+        )
         return result
 
     return ToolNode(

@@ -21,6 +21,7 @@ from nodes.loop import resolve_model
 from studio.demo_model import DemoChatModel
 
 DEFAULT_DATA = Path(".cyrene")
+DATA_ENV = "CYRENE_DATA"
 MODEL_ENV = "CYRENE_MODEL"
 
 PERSONAS = {

@@ -1,0 +1,42 @@
+"""`cyrene studio`: run `langgraph dev` for this repo with flags that suit an offline machine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from studio.demo import DATA_ENV
+
+REPO = Path(__file__).resolve().parent.parent
+
+OFFLINE_ENV = {
+    "LANGGRAPH_CLI_NO_ANALYTICS": "1",  # no analytics ping
+    "LANGGRAPH_NO_VERSION_CHECK": "true",  # no PyPI version check
+    "LANGSMITH_TRACING": "false",
+}
+
+
+def dev_command(port: int) -> list[str]:
+    """`langgraph dev` without a browser or a reload loop (the data folder changes every turn)."""
+    binary = shutil.which("langgraph") or str(Path(sys.executable).with_name("langgraph"))
+    return [
+        binary, "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1", "--port", str(port),
+        "--config", str(REPO / "langgraph.json"),
+    ]
+
+
+def dev_env(data: Path) -> dict[str, str]:
+    return {**os.environ, **OFFLINE_ENV, DATA_ENV: str(Path(data).resolve())}
+
+
+def serve(data: Path, port: int) -> int:
+    """Run the server in the foreground until interrupted."""
+    print(f"API:    http://127.0.0.1:{port}  (docs at /docs)")
+    print(f"Studio: https://smith.langchain.com/studio/?baseUrl=http://127.0.0.1:{port}")
+    try:
+        return subprocess.call(dev_command(port), cwd=REPO, env=dev_env(data))
+    except KeyboardInterrupt:
+        return 0

@@ -1,0 +1,106 @@
+"""LangGraph Studio: a real `langgraph dev` server from the repo root, driven by langgraph-sdk."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from langgraph_sdk import get_client
+
+from studio.server import dev_command, dev_env
+from tests.conftest import REPO, free_port, service_missing, wait_for_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.services]
+
+LOOP_NODES = {"resolve_vision", "compact", "assemble_context", "call_model", "dispatch_tools", "extract_memory", "finish_turn"}
+
+
+class DevServer:
+    def __init__(self, data: Path, log: Path) -> None:
+        self.port = free_port()
+        self.log = log
+        self.proc = subprocess.Popen(
+            dev_command(self.port), cwd=REPO, env=dev_env(data),
+            stdout=log.open("w"), stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait(self) -> None:
+        if not wait_for_port(self.port, 90, self.proc):
+            self.stop()
+            service_missing(f"`langgraph dev` did not start: {self.log.read_text()[-1500:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # graceful: the dev server flushes its thread store
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+async def run_turn(client, thread_id: str, text: str, context: dict, name: str | None = None) -> list:
+    message = {"type": "human", "content": text, **({"name": name} if name else {})}
+    return [
+        part
+        async for part in client.runs.stream(
+            thread_id, "cyrene", input={"messages": [message]}, context=context,
+            stream_mode=["updates", "messages-tuple", "custom"],
+        )
+    ]
+
+
+async def test_studio_serves_the_loop_and_persists_across_restarts(tmp_path):
+    data = tmp_path / "data"
+    first = DevServer(data, tmp_path / "first.log")
+    try:
+        first.wait()
+        client = get_client(url=first.url)
+        [assistant] = await client.assistants.search(graph_id="cyrene")
+        drawn = await client.assistants.get_graph(assistant["assistant_id"])
+        assert LOOP_NODES <= {node["id"] for node in drawn["nodes"]}
+        schemas = await client.assistants.get_schemas(assistant["assistant_id"])
+        assert set(schemas["context_schema"]["properties"]) == {"actor", "persona_id", "session_id", "turn_id"}
+
+        thread = await client.threads.create()
+        owner = await run_turn(client, thread["thread_id"], "现在几点了？", {"actor": "owner", "persona_id": "aglaea"})
+        events = [p.event for p in owner]
+        assert "messages" in events or any(e.startswith("messages") for e in events)
+        updates = [p.data for p in owner if p.event == "updates"]
+        views = [u["assemble_context"]["model_view"] for u in updates if "assemble_context" in u]
+        assert views and views[0][0]["content"].startswith("你是阿格莱雅"), "what the model saw is inspectable"
+        assert any("dispatch_tools" in u for u in updates), "the demo model called the time tool"
+
+        group = await run_turn(client, thread["thread_id"], "用 take_note 记一下：开会", {"actor": "group"}, name="小明")
+        custom = [p.data for p in group if p.event == "custom"]
+        assert any(c.get("kind") == "audit_tool_denied" and c["tool"] == "take_note" for c in custom)
+
+        state = await client.threads.get_state(thread["thread_id"])
+        messages = state["values"]["messages"]
+        assert [m["type"] for m in messages][0] == "human" and messages[-1]["type"] == "ai"
+        assert any(m.get("name") == "小明" for m in messages)
+        assert any("not_allowed" in str(m["content"]) for m in messages if m["type"] == "tool")
+        history = await client.threads.get_history(thread["thread_id"], limit=50)
+        assert len(history) > 5
+    finally:
+        first.stop()
+    assert (data / "studio-checkpoints.db").exists()
+
+    second = DevServer(data, tmp_path / "second.log")
+    try:
+        second.wait()
+        client = get_client(url=second.url)
+        state = await client.threads.get_state(thread["thread_id"])
+        assert [m["content"] for m in state["values"]["messages"]] == [m["content"] for m in messages]
+        again = await run_turn(client, thread["thread_id"], "你好", {"actor": "owner"})
+        assert any(p.event == "updates" for p in again)
+        final = (await client.threads.get_state(thread["thread_id"]))["values"]["messages"][-1]["content"]
+        assert "你上一句说的是" in final, "the restarted server continues the same conversation"
+    finally:
+        second.stop()
