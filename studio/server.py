@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -33,10 +32,13 @@ def dev_env(data: Path) -> dict[str, str]:
 
 
 def serve(data: Path, port: int) -> int:
-    """Run the server in the foreground until interrupted."""
+    """Become the dev server (exec), so Ctrl-C and signals reach it directly."""
+    if not (REPO / "langgraph.json").exists():
+        print(f"cyrene studio needs the source checkout (no langgraph.json in {REPO})", file=sys.stderr)
+        return 2
+    command = dev_command(port)
     print(f"API:    http://127.0.0.1:{port}  (docs at /docs)")
-    print(f"Studio: https://smith.langchain.com/studio/?baseUrl=http://127.0.0.1:{port}")
-    try:
-        return subprocess.call(dev_command(port), cwd=REPO, env=dev_env(data))
-    except KeyboardInterrupt:
-        return 0
+    print(f"Studio: https://smith.langchain.com/studio/?baseUrl=http://127.0.0.1:{port}", flush=True)
+    os.chdir(REPO)
+    os.execve(command[0], command, dev_env(data))
+    return 0  # not reached

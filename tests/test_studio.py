@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,11 +19,18 @@ LOOP_NODES = {"resolve_vision", "compact", "assemble_context", "call_model", "di
 
 
 class DevServer:
-    def __init__(self, data: Path, log: Path) -> None:
+    """`langgraph dev` as the tests start it, or through `cyrene studio` (`via_cli`)."""
+
+    def __init__(self, data: Path, log: Path, *, via_cli: bool = False) -> None:
         self.port = free_port()
         self.log = log
+        command = (
+            [sys.executable, "-m", "graph.cli", "studio", "--port", str(self.port), "--data", str(data)]
+            if via_cli
+            else dev_command(self.port)
+        )
         self.proc = subprocess.Popen(
-            dev_command(self.port), cwd=REPO, env=dev_env(data),
+            command, cwd=REPO, env={**dev_env(data), "PYTHONPATH": str(REPO)},
             stdout=log.open("w"), stderr=subprocess.STDOUT,
         )
 
@@ -92,9 +100,10 @@ async def test_studio_serves_the_loop_and_persists_across_restarts(tmp_path):
         first.stop()
     assert (data / "studio-checkpoints.db").exists()
 
-    second = DevServer(data, tmp_path / "second.log")
+    second = DevServer(data, tmp_path / "second.log", via_cli=True)
     try:
         second.wait()
+        assert f"API:    http://127.0.0.1:{second.port}" in second.log.read_text()
         client = get_client(url=second.url)
         state = await client.threads.get_state(thread["thread_id"])
         assert [m["content"] for m in state["values"]["messages"]] == [m["content"] for m in messages]
