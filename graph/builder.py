@@ -1,10 +1,10 @@
 """`build_graph`: the loop's `StateGraph`, wired as DESIGN §3 draws it.
 
-    START → resolve_vision → compact → assemble_context → call_model
-                               ↑                                │ tool calls and round < max_rounds
-                               └────── dispatch_tools ←─────────┘ (one Send per call)
-                                                                │ otherwise
-                                                  extract_memory → finish_turn → END
+START → resolve_vision → compact → assemble_context → call_model
+                           ↑                                │ tool calls and round < max_rounds
+                           └────── dispatch_tools ←─────────┘ (one Send per call)
+                                                            │ otherwise
+                                              extract_memory → finish_turn → END
 """
 
 from __future__ import annotations

@@ -105,9 +105,7 @@ class CapacityPolicy(BaseModel):
     def advertised(self, awake: Mapping[str, int], tools: Iterable[str]) -> list[str]:
         """Tool names to bind: those of awake tiers plus those no tier gates."""
         return [
-            name
-            for name in tools
-            if (tier := self.tier_of(name)) is None or tier.name in awake
+            name for name in tools if (tier := self.tier_of(name)) is None or tier.name in awake
         ]
 
     def step(

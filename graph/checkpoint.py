@@ -10,7 +10,12 @@ Tables are created on entry, so a fresh database works at once.
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager, AbstractContextManager, ExitStack, AsyncExitStack
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    AsyncExitStack,
+    ExitStack,
+)
 from pathlib import Path
 from types import TracebackType
 
@@ -30,12 +35,14 @@ def sqlite_path(url: str) -> Path:
     return path
 
 
-class open_checkpointer(AbstractContextManager, AbstractAsyncContextManager):  # noqa: N801
+class open_checkpointer(AbstractContextManager, AbstractAsyncContextManager):
     """A checkpointer for `url`, usable with `with` (sync saver) or `async with` (async saver)."""
 
     def __init__(self, url: str) -> None:
         url = url.strip()
-        if not (url == "memory" or url.startswith(SQLITE_PREFIX) or url.startswith(POSTGRES_PREFIXES)):
+        if not (
+            url == "memory" or url.startswith(SQLITE_PREFIX) or url.startswith(POSTGRES_PREFIXES)
+        ):
             raise ValueError(
                 f"checkpoint URL {url!r}: expected 'memory', 'sqlite:///path' or 'postgresql://…'"
             )
@@ -50,14 +57,19 @@ class open_checkpointer(AbstractContextManager, AbstractAsyncContextManager):  #
         if self.url.startswith(SQLITE_PREFIX):
             from langgraph.checkpoint.sqlite import SqliteSaver
 
-            saver = self._stack.enter_context(SqliteSaver.from_conn_string(str(sqlite_path(self.url))))
+            saver = self._stack.enter_context(
+                SqliteSaver.from_conn_string(str(sqlite_path(self.url)))
+            )
         else:
             saver = self._stack.enter_context(_postgres().from_conn_string(self.url))
         saver.setup()
         return saver
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         if self._stack is not None:
             self._stack.close()
@@ -80,7 +92,10 @@ class open_checkpointer(AbstractContextManager, AbstractAsyncContextManager):  #
         return saver
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         if self._astack is not None:
             await self._astack.aclose()

@@ -1,12 +1,12 @@
 """`cyrene`: talk to the loop from a terminal; everything persists under `--data`.
 
-    cyrene demo                         the offline demo conversation (the main job)
-    cyrene run "你好" --session s1       one turn, reply printed (streamed)
-    cyrene chat --persona aglaea        interactive; /persona ID, /actor owner|group|stranger, /quit
-    cyrene resume s1                    finish a turn a crash interrupted
-    cyrene history s1                   the session's transcript, with speakers
-    cyrene memory add|search|list|forget|import|export
-    cyrene studio                       LangGraph Studio on this folder (offline flags)
+cyrene demo                         the offline demo conversation (the main job)
+cyrene run "你好" --session s1       one turn, reply printed (streamed)
+cyrene chat --persona aglaea        interactive; /persona ID, /actor owner|group|stranger, /quit
+cyrene resume s1                    finish a turn a crash interrupted
+cyrene history s1                   the session's transcript, with speakers
+cyrene memory add|search|list|forget|import|export
+cyrene studio                       LangGraph Studio on this folder (offline flags)
 """
 
 from __future__ import annotations
@@ -33,19 +33,29 @@ DEMO_NOTICE = "（使用离线演示模型 demo model：设置 --model 或 CYREN
 
 def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--data", type=Path, default=Path(".cyrene"), help="data folder (default ./.cyrene)")
-    common.add_argument("--checkpoint", help="checkpoint URL (default sqlite:///DATA/checkpoints.db)")
-    common.add_argument("--model", help="provider:model, e.g. openai:gpt-4o-mini (or $CYRENE_MODEL)")
+    common.add_argument(
+        "--data", type=Path, default=Path(".cyrene"), help="data folder (default ./.cyrene)"
+    )
+    common.add_argument(
+        "--checkpoint", help="checkpoint URL (default sqlite:///DATA/checkpoints.db)"
+    )
+    common.add_argument(
+        "--model", help="provider:model, e.g. openai:gpt-4o-mini (or $CYRENE_MODEL)"
+    )
     common.add_argument("--session", default="default", help="session (thread) id")
     common.add_argument("--persona", help="persona id to answer as")
-    common.add_argument("--actor", default="owner", choices=["owner", "group", "stranger", "internal"])
+    common.add_argument(
+        "--actor", default="owner", choices=["owner", "group", "stranger", "internal"]
+    )
     common.add_argument("--name", help="display name of a third-party speaker (group/stranger)")
     return common
 
 
 def parser() -> argparse.ArgumentParser:
     common = _common()
-    top = argparse.ArgumentParser(prog="cyrene", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    top = argparse.ArgumentParser(
+        prog="cyrene", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = top.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", parents=[common], help="run the offline demo conversation")
     sub.add_parser("chat", parents=[common], help="interactive chat")
@@ -100,7 +110,9 @@ class Session:
         message = None
         if text is not None:
             name = self.args.name if env.restricted else None
-            message = {"messages": [HumanMessage(text, name=name, id=f"cli-{uuid.uuid4().hex[:12]}")]}
+            message = {
+                "messages": [HumanMessage(text, name=name, id=f"cli-{uuid.uuid4().hex[:12]}")]
+            }
         config = {"configurable": {"thread_id": thread}}
         streamed = False
         for chunk, meta in graph.stream(message, config, context=env, stream_mode="messages"):
@@ -126,7 +138,9 @@ def speaker(message: BaseMessage) -> str:
 def show_history(graph: Any, thread: str) -> None:
     state = graph.get_state({"configurable": {"thread_id": thread}})
     for message in state.values.get("messages", []):
-        text = message_text(message) or json.dumps(getattr(message, "tool_calls", []), ensure_ascii=False)
+        text = message_text(message) or json.dumps(
+            getattr(message, "tool_calls", []), ensure_ascii=False
+        )
         print(f"{speaker(message):>18}  {text}")
 
 
@@ -164,13 +178,30 @@ def memory_command(args: argparse.Namespace) -> int:
     store = MemoryStore.open(args.data / "memory")
     if args.action == "add":
         persona = args.persona if args.scope == "persona" else None
-        print(store.add(MemoryItem(content=args.content, kind=args.kind, scope=Scope(args.scope), persona_id=persona)))
+        print(
+            store.add(
+                MemoryItem(
+                    content=args.content,
+                    kind=args.kind,
+                    scope=Scope(args.scope),
+                    persona_id=persona,
+                )
+            )
+        )
     elif args.action == "search":
-        for hit in store.search(args.query, persona_id=args.persona, restricted=args.restricted, k=args.k):
-            print(f"{hit.score:.3f}  [{hit.item.kind}] {hit.item.content}  ({hit.item.bucket}, {hit.item.id})")
+        for hit in store.search(
+            args.query, persona_id=args.persona, restricted=args.restricted, k=args.k
+        ):
+            print(
+                f"{hit.score:.3f}  [{hit.item.kind}] {hit.item.content}  ({hit.item.bucket}, {hit.item.id})"
+            )
     elif args.action in ("list", "export"):
         for item in store.list():
-            print(item.model_dump_json() if args.action == "export" else f"{item.id}  {item.bucket:<16} [{item.kind}] {item.content}")
+            print(
+                item.model_dump_json()
+                if args.action == "export"
+                else f"{item.id}  {item.bucket:<16} [{item.kind}] {item.content}"
+            )
     elif args.action == "forget":
         if not store.forget(args.id):
             print(f"no memory with id {args.id}", file=sys.stderr)

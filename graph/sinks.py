@@ -25,4 +25,6 @@ class JsonlSink:
     def read(self) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []
-        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line]
+        return [
+            json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line
+        ]

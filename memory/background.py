@@ -102,5 +102,5 @@ class BackgroundJobs:
         """Block until pending jobs finish (or `timeout` passes); True when none is left."""
         with self._lock:
             pending = set(self._pending)
-        done, not_done = wait_futures(pending, timeout=timeout)
+        _, not_done = wait_futures(pending, timeout=timeout)
         return not not_done

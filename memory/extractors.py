@@ -19,7 +19,8 @@ from memory.items import MemoryItem, Scope
 from nodes.transcript import last_human, message_text
 
 _REMEMBER = re.compile(
-    r"(?:请?记住|帮我记住|remember(?:\s+that)?)\s*[:：,，]?\s*(?P<what>.+)", re.IGNORECASE | re.DOTALL
+    r"(?:请?记住|帮我记住|remember(?:\s+that)?)\s*[:：,，]?\s*(?P<what>.+)",
+    re.IGNORECASE | re.DOTALL,
 )
 
 
@@ -97,7 +98,11 @@ class LLMExtractor:
 
     def extract(self, messages: Sequence[BaseMessage]) -> list[MemoryItem]:
         result = self.model.invoke(self.prompt(messages))
-        candidates = result.items if isinstance(result, Candidates) else Candidates.model_validate(result).items
+        candidates = (
+            result.items
+            if isinstance(result, Candidates)
+            else Candidates.model_validate(result).items
+        )
         items = []
         for candidate in candidates:
             if not candidate.content.strip() or self._is_duplicate(candidate.content):

@@ -38,7 +38,12 @@ def relevance_from_distance(distance: float) -> float:
 
 
 def rank(
-    candidates: list[tuple[MemoryItem, float]], *, now: float, decay: Decay, k: int, min_relevance: float
+    candidates: list[tuple[MemoryItem, float]],
+    *,
+    now: float,
+    decay: Decay,
+    k: int,
+    min_relevance: float,
 ) -> list[SearchResult]:
     """Top `k` of (item, cosine distance) pairs by relevance × decay."""
     results = []

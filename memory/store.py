@@ -74,7 +74,11 @@ class MemoryStore:
 
     @classmethod
     def connect(
-        cls, host: str = "127.0.0.1", port: int = 8000, embedding_function: Any = None, **options: Any
+        cls,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        embedding_function: Any = None,
+        **options: Any,
     ) -> MemoryStore:
         """A store on a Chroma server (`chroma run`), same API as `open`."""
         client = chromadb.HttpClient(host=host, port=port, settings=_settings())
@@ -94,7 +98,9 @@ class MemoryStore:
             )
         else:
             try:
-                collection = self.client.get_collection(name, embedding_function=self.embedding_function)
+                collection = self.client.get_collection(
+                    name, embedding_function=self.embedding_function
+                )
             except (NotFoundError, ValueError):
                 return None
         self._collections[bucket] = collection
@@ -146,7 +152,9 @@ class MemoryStore:
             collection = self._collection(bucket, create=False)
             got = collection.get(ids=[item_id]) if collection is not None else {"ids": []}
             if got["ids"]:
-                return MemoryItem.from_record(got["ids"][0], got["documents"][0], got["metadatas"][0])
+                return MemoryItem.from_record(
+                    got["ids"][0], got["documents"][0], got["metadatas"][0]
+                )
         return None
 
     def list(
@@ -167,7 +175,8 @@ class MemoryStore:
         items = [
             i
             for i in items
-            if (scope is None or i.scope is scope) and (persona_id is None or i.persona_id == persona_id)
+            if (scope is None or i.scope is scope)
+            and (persona_id is None or i.persona_id == persona_id)
         ]
         return sorted(items, key=lambda i: i.created_at)
 
@@ -200,8 +209,13 @@ class MemoryStore:
             candidates.extend(
                 (MemoryItem.from_record(i, d, m), dist)
                 for i, d, m, dist in zip(
-                    found["ids"][0], found["documents"][0], found["metadatas"][0],
-                    found["distances"][0], strict=True,
+                    found["ids"][0],
+                    found["documents"][0],
+                    found["metadatas"][0],
+                    found["distances"][0],
+                    strict=True,
                 )
             )
-        return rank(candidates, now=self.clock(), decay=self.decay, k=k, min_relevance=self.min_relevance)
+        return rank(
+            candidates, now=self.clock(), decay=self.decay, k=k, min_relevance=self.min_relevance
+        )

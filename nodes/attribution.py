@@ -145,7 +145,9 @@ def attribute_conversation(
             out.append(SystemMessage(text))
             previous = speaker.key
         out.append(message)
-    declaration = role_declaration(restricted=restricted, current=current, display_name=display_name)
+    declaration = role_declaration(
+        restricted=restricted, current=current, display_name=display_name
+    )
     return Attribution(declaration, out, notes)
 
 

@@ -43,10 +43,15 @@ def make_compact(loop: Loop):
         if cut is None:
             return {}
         describe = partial(
-            describe_speaker, restricted=env.restricted, current=persona_id, display_name=loop.display_name
+            describe_speaker,
+            restricted=env.restricted,
+            current=persona_id,
+            display_name=loop.display_name,
         )
         try:
-            text = compactor.compact(messages[start:cut], summary["text"] if summary else None, budget // 4, describe)
+            text = compactor.compact(
+                messages[start:cut], summary["text"] if summary else None, budget // 4, describe
+            )
         except Exception:
             log.exception("compactor failed; this round goes on uncompacted")
             return {}

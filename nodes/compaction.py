@@ -100,7 +100,9 @@ class StructuralCompactor:
             else:
                 continue
             lines.append("- " + first[: self.line_chars])
-        while len(lines) > 1 and count_tokens_approximately([HumanMessage("\n".join(lines))]) > budget:
+        while (
+            len(lines) > 1 and count_tokens_approximately([HumanMessage("\n".join(lines))]) > budget
+        ):
             lines.pop(0)
         return "\n".join(lines)
 
@@ -117,15 +119,22 @@ class LLMCompactor:
     def __init__(self, model: BaseChatModel) -> None:
         self.model = model
 
-    def prompt(self, messages: Sequence[BaseMessage], previous: str | None, budget: int, describe: Describe) -> list:
+    def prompt(
+        self, messages: Sequence[BaseMessage], previous: str | None, budget: int, describe: Describe
+    ) -> list:
         lines = [f"[{describe(m)}] {message_text(m)}" for m in messages if message_text(m)]
         body = f"已有摘要：\n{previous or '（无）'}\n\n新增对话：\n" + "\n".join(lines)
-        return [SystemMessage(f"{COMPACTION_PROMPT}摘要不超过约 {budget} 个 token。"), HumanMessage(body)]
+        return [
+            SystemMessage(f"{COMPACTION_PROMPT}摘要不超过约 {budget} 个 token。"),
+            HumanMessage(body),
+        ]
 
     def compact(
         self, messages: Sequence[BaseMessage], previous: str | None, budget: int, describe: Describe
     ) -> str:
-        return message_text(self.model.invoke(self.prompt(messages, previous, budget, describe))).strip()
+        return message_text(
+            self.model.invoke(self.prompt(messages, previous, budget, describe))
+        ).strip()
 
 
 def token_counter(model: Any) -> TokenCounter:

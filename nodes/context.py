@@ -89,7 +89,9 @@ def leading_blocks(
     return blocks
 
 
-def visible_conversation(messages: Sequence[BaseMessage], summary: Summary | None) -> list[BaseMessage]:
+def visible_conversation(
+    messages: Sequence[BaseMessage], summary: Summary | None
+) -> list[BaseMessage]:
     """What the model still sees verbatim: after the summary, minus guard-hidden messages."""
     return [m for m in messages[uncovered_start(messages, summary) :] if not is_hidden(m)]
 
@@ -107,7 +109,9 @@ def assemble_view(
     memory block, which is how compaction estimates the view without searching twice)."""
     persona_id = loop.persona_for(env)
     conversation = visible_conversation(messages, summary)
-    memory = memory_block(loop, env, persona_id, latest_user_text(conversation)) if with_memory else ""
+    memory = (
+        memory_block(loop, env, persona_id, latest_user_text(conversation)) if with_memory else ""
+    )
     leading = leading_blocks(
         loop, env, persona_id, working_memory=working_memory, memory=memory, summary=summary
     )
@@ -122,7 +126,9 @@ def assemble_view(
     return view
 
 
-def view_of_state(loop: Loop, env: SessionEnv, state: dict, *, with_memory: bool = True) -> list[BaseMessage]:
+def view_of_state(
+    loop: Loop, env: SessionEnv, state: dict, *, with_memory: bool = True
+) -> list[BaseMessage]:
     return assemble_view(
         loop,
         env,
@@ -136,9 +142,7 @@ def view_of_state(loop: Loop, env: SessionEnv, state: dict, *, with_memory: bool
 def make_assemble_context(loop: Loop):
     """The `assemble_context` node: publishes this round's model view."""
 
-    def assemble_context(
-        state: dict, config: RunnableConfig, runtime: Runtime[SessionEnv]
-    ) -> dict:
+    def assemble_context(state: dict, config: RunnableConfig, runtime: Runtime[SessionEnv]) -> dict:
         """Build the model's view for this round (instructions, time, memories, attribution)."""
         return {"model_view": view_of_state(loop, env_of(runtime), state)}
 

@@ -31,7 +31,9 @@ def make_extract_memory(loop: Loop):
             return {}
         snapshot = list(state["messages"])
         persona_id = loop.persona_for(env)
-        source = Source(session_id=loop.session_id(env, config), message_id=loop.turn_id(env, snapshot))
+        source = Source(
+            session_id=loop.session_id(env, config), message_id=loop.turn_id(env, snapshot)
+        )
 
         def extract() -> list[MemoryItem]:
             return list(extractor.extract(snapshot))

@@ -74,9 +74,9 @@ def request_kwargs(provider: Provider, knobs: Knobs) -> dict[str, Any]:
 def has_reasoning(message: BaseMessage) -> bool:
     content = message.content
     blocks = content if isinstance(content, list) else []
-    return any(isinstance(b, dict) and b.get("type") in REASONING_BLOCK_TYPES for b in blocks) or any(
-        k in message.additional_kwargs for k in REASONING_KWARGS
-    )
+    return any(
+        isinstance(b, dict) and b.get("type") in REASONING_BLOCK_TYPES for b in blocks
+    ) or any(k in message.additional_kwargs for k in REASONING_KWARGS)
 
 
 def without_reasoning(message: BaseMessage) -> BaseMessage:

@@ -133,10 +133,10 @@ def plan_round(
         run_hook("after_batch", loop.config.hooks.after_batch, calls, results, env)
 
     guards = loop.config.guards
-    if plan.round == 1 and guards:
-        if block := first_request_block(guards, latest_user_text(messages)):
-            plan.update.update(blocked_request_update(loop, plan, messages, block))
-            return plan
+    block = first_request_block(guards, latest_user_text(messages)) if plan.round == 1 else None
+    if block is not None:
+        plan.update.update(blocked_request_update(loop, plan, messages, block))
+        return plan
 
     plan.view = state.get("model_view") or view_of_state(loop, env, state)
     plan.knobs = loop.knobs_for(plan.persona_id)

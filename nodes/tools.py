@@ -72,7 +72,9 @@ def make_dispatch_tools(loop: Loop) -> ToolNode:
         if (refused := refusal(loop, request)) is not None:
             return refused
         result = execute(request)
-        run_hook("after_call", loop.config.hooks.after_call, request.tool_call, result, _env(request))
+        run_hook(
+            "after_call", loop.config.hooks.after_call, request.tool_call, result, _env(request)
+        )
         return result
 
     async def aguarded(
@@ -83,7 +85,12 @@ def make_dispatch_tools(loop: Loop) -> ToolNode:
             return refused
         result = await execute(request)
         await asyncio.to_thread(
-            run_hook, "after_call", loop.config.hooks.after_call, request.tool_call, result, _env(request)
+            run_hook,
+            "after_call",
+            loop.config.hooks.after_call,
+            request.tool_call,
+            result,
+            _env(request),
         )
         return result
 

@@ -72,9 +72,7 @@ def pending_tool_calls(messages: Sequence[BaseMessage]) -> list[dict]:
     for i in range(len(messages) - 1, -1, -1):
         message = messages[i]
         if isinstance(message, AIMessage):
-            answered = {
-                m.tool_call_id for m in messages[i + 1 :] if isinstance(m, ToolMessage)
-            }
+            answered = {m.tool_call_id for m in messages[i + 1 :] if isinstance(m, ToolMessage)}
             return [c for c in message.tool_calls if c["id"] not in answered]
         if isinstance(message, HumanMessage):
             return []

@@ -32,7 +32,12 @@ def make_finish_turn(loop: Loop):
             meta = final.response_metadata
             update["messages"] = [
                 final.model_copy(
-                    update={"response_metadata": {**meta, "cyrene": {**meta.get("cyrene", {}), "mood": mood}}}
+                    update={
+                        "response_metadata": {
+                            **meta,
+                            "cyrene": {**meta.get("cyrene", {}), "mood": mood},
+                        }
+                    }
                 )
             ]
         return update

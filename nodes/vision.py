@@ -153,8 +153,10 @@ def make_resolve_vision(loop: Loop):
         cache = dict(state.get("image_descriptions") or {})
         updated: list[BaseMessage] = []
         for message in messages[turn_start(messages) :]:
-            if isinstance(message, HumanMessage) and isinstance(message.content, list) and any(
-                is_image_block(b) for b in message.content
+            if (
+                isinstance(message, HumanMessage)
+                and isinstance(message.content, list)
+                and any(is_image_block(b) for b in message.content)
             ):
                 folded, learned = fold_images(message, describe, cache, loop.config.max_image_bytes)
                 cache.update(learned)

@@ -54,6 +54,10 @@ def run_demo(session: Any) -> int:
     print(f"\n== 审计 == {len(audit)} 条受限会话工具拒绝记录，最近一条：")
     if audit:
         last = audit[-1]
-        print(f"  {last['actor']} 会话 {last['session_id']} 调用 {last['tool']} 被拒（{last['reason']}）")
-    print(f"\n数据保存在 {args.data}/ （checkpoints.db、memory/、audit.jsonl）；再次运行会接着同一会话。")
+        print(
+            f"  {last['actor']} 会话 {last['session_id']} 调用 {last['tool']} 被拒（{last['reason']}）"
+        )
+    print(
+        f"\n数据保存在 {args.data}/ （checkpoints.db、memory/、audit.jsonl）；再次运行会接着同一会话。"
+    )
     return 0

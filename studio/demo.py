@@ -42,10 +42,16 @@ SEED_MEMORIES = (
     MemoryItem(content="主人习惯晚上十一点前睡觉", kind="habit", scope=Scope.USER),
     MemoryItem(content="Cyrene 项目的代号来自一颗小行星", kind="project", scope=Scope.PROJECT),
     MemoryItem(
-        content="昨天和主人一起看了海边的日落", kind="daily", scope=Scope.PERSONA, persona_id="xilian"
+        content="昨天和主人一起看了海边的日落",
+        kind="daily",
+        scope=Scope.PERSONA,
+        persona_id="xilian",
     ),
     MemoryItem(
-        content="主人向阿格莱雅倾诉过工作上的烦恼", kind="daily", scope=Scope.PERSONA, persona_id="aglaea"
+        content="主人向阿格莱雅倾诉过工作上的烦恼",
+        kind="daily",
+        scope=Scope.PERSONA,
+        persona_id="aglaea",
     ),
 )
 
@@ -85,8 +91,12 @@ def demo_tools(store: MemoryStore, data: Path) -> list[BaseTool]:
 DEMO_CAPACITY = CapacityPolicy(
     tiers=(
         Tier(name="base", tools=("get_time",)),
-        Tier(name="memory", tools=("search_memory",), triggers=("记忆", "re:\\b(recall|remember)\\b")),
-        Tier(name="notes", tools=("take_note",), triggers=("笔记", "记下来", "note"), decay_turns=3),
+        Tier(
+            name="memory", tools=("search_memory",), triggers=("记忆", "re:\\b(recall|remember)\\b")
+        ),
+        Tier(
+            name="notes", tools=("take_note",), triggers=("笔记", "记下来", "note"), decay_turns=3
+        ),
     )
 )
 
@@ -99,7 +109,9 @@ def open_demo_store(data: Path) -> MemoryStore:
     return store
 
 
-def demo_config(data: Path = DEFAULT_DATA, model: BaseChatModel | None = None, **overrides) -> LoopConfig:
+def demo_config(
+    data: Path = DEFAULT_DATA, model: BaseChatModel | None = None, **overrides
+) -> LoopConfig:
     """The demo LoopConfig over a data folder."""
     data = Path(data)
     store = open_demo_store(data)

@@ -51,7 +51,9 @@ class DemoChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "cyrene-demo"
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
+    def bind_tools(
+        self, tools: Sequence[Any], **kwargs: Any
+    ) -> Runnable[LanguageModelInput, AIMessage]:
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
     def _generate(
@@ -61,7 +63,9 @@ class DemoChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=reply(messages, _tool_names(kwargs)))])
+        return ChatResult(
+            generations=[ChatGeneration(message=reply(messages, _tool_names(kwargs)))]
+        )
 
     def _stream(
         self,
@@ -76,7 +80,13 @@ class DemoChatModel(BaseChatModel):
                 message=AIMessageChunk(
                     "",
                     tool_call_chunks=[
-                        {"name": c["name"], "args": "{}", "id": c["id"], "index": i, "type": "tool_call_chunk"}
+                        {
+                            "name": c["name"],
+                            "args": "{}",
+                            "id": c["id"],
+                            "index": i,
+                            "type": "tool_call_chunk",
+                        }
                         for i, c in enumerate(message.tool_calls)
                     ],
                 )
@@ -120,12 +130,20 @@ def reply(messages: Sequence[BaseMessage], tools: set[str]) -> AIMessage:
         # Naming a tool outright makes the demo call it even when it was not
         # offered — a stand-in for a model that insists (restricted denial demo).
         if (tool in tools and any(cue in text.lower() for cue in cues)) or tool in text:
-            args = {"query": text} if tool == "search_memory" else {"text": text} if tool == "take_note" else {}
+            args = (
+                {"query": text}
+                if tool == "search_memory"
+                else {"text": text}
+                if tool == "take_note"
+                else {}
+            )
             call_id = f"demo-{uuid.uuid4().hex[:12]}"
-            return AIMessage("", tool_calls=[{"name": tool, "args": args, "id": call_id, "type": "tool_call"}])
+            return AIMessage(
+                "", tool_calls=[{"name": tool, "args": args, "id": call_id, "type": "tool_call"}]
+            )
     if "谁说" in text or "who said" in text.lower():
         return AIMessage(voice + who_said(messages, text))
-    if (m := re.search(r"(?:记住|remember)\s*[:：,，]?\s*(.+)", text, re.IGNORECASE)):
+    if m := re.search(r"(?:记住|remember)\s*[:：,，]?\s*(.+)", text, re.IGNORECASE):
         return AIMessage(voice + f"好的，我记住了：{m.group(1).strip()}")
     previous = message_text(humans[-2]) if len(humans) > 1 else ""
     recall = f"你上一句说的是「{previous}」。" if previous else "这是我们这次对话的第一句。"
@@ -160,7 +178,9 @@ def _indexed_notes(messages: Sequence[BaseMessage]) -> list[tuple[int, str]]:
     first = messages[0] if messages else None
     if not isinstance(first, SystemMessage):
         return []
-    return [(int(m.group("n")), m.group("note")) for m in _INDEXED_NOTE.finditer(message_text(first))]
+    return [
+        (int(m.group("n")), m.group("note")) for m in _INDEXED_NOTE.finditer(message_text(first))
+    ]
 
 
 def _note_for(indexed: list[tuple[int, str]], ordinal: int) -> str | None:

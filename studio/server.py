@@ -22,8 +22,16 @@ def dev_command(port: int) -> list[str]:
     """`langgraph dev` without a browser or a reload loop (the data folder changes every turn)."""
     binary = shutil.which("langgraph") or str(Path(sys.executable).with_name("langgraph"))
     return [
-        binary, "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1", "--port", str(port),
-        "--config", str(REPO / "langgraph.json"),
+        binary,
+        "dev",
+        "--no-browser",
+        "--no-reload",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--config",
+        str(REPO / "langgraph.json"),
     ]
 
 
@@ -34,11 +42,16 @@ def dev_env(data: Path) -> dict[str, str]:
 def serve(data: Path, port: int) -> int:
     """Become the dev server (exec), so Ctrl-C and signals reach it directly."""
     if not (REPO / "langgraph.json").exists():
-        print(f"cyrene studio needs the source checkout (no langgraph.json in {REPO})", file=sys.stderr)
+        print(
+            f"cyrene studio needs the source checkout (no langgraph.json in {REPO})",
+            file=sys.stderr,
+        )
         return 2
     command = dev_command(port)
     print(f"API:    http://127.0.0.1:{port}  (docs at /docs)")
-    print(f"Studio: https://smith.langchain.com/studio/?baseUrl=http://127.0.0.1:{port}", flush=True)
+    print(
+        f"Studio: https://smith.langchain.com/studio/?baseUrl=http://127.0.0.1:{port}", flush=True
+    )
     os.chdir(REPO)
     os.execve(command[0], command, dev_env(data))
     return 0  # not reached

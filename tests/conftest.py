@@ -126,7 +126,9 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     )
     try:
         if not wait_for_port(port, 60, proc):
-            service_missing(f"`chroma run` did not start: {(data / 'server.log').read_text()[-500:]}")
+            service_missing(
+                f"`chroma run` did not start: {(data / 'server.log').read_text()[-500:]}"
+            )
         yield port
     finally:
         proc.terminate()

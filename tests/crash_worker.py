@@ -46,9 +46,13 @@ def main() -> None:
         return f"report on {topic}"
 
     def final(messages):
-        return AIMessage("都查好了：" + "，".join(str(m.content) for m in messages if m.type == "tool"))
+        return AIMessage(
+            "都查好了：" + "，".join(str(m.content) for m in messages if m.type == "tool")
+        )
 
-    batch = tool_calls(call("quick_lookup", "call-1", key="k"), call("slow_report", "call-2", topic="t"))
+    batch = tool_calls(
+        call("quick_lookup", "call-1", key="k"), call("slow_report", "call-2", topic="t")
+    )
     script = {"start": [batch, final], "resume": [final], "new": [final]}[mode]
     config = LoopConfig(
         model=ScriptedChatModel(script=script),
@@ -67,7 +71,12 @@ def main() -> None:
         else:
             graph.invoke({"messages": [HumanMessage("算了，换个话题", id="u2")]}, cfg)
         model = config.model
-        log("sent " + " | ".join(f"{m.type}:{getattr(m, 'tool_call_id', '')}" for m in model.requests[-1].messages))
+        log(
+            "sent "
+            + " | ".join(
+                f"{m.type}:{getattr(m, 'tool_call_id', '')}" for m in model.requests[-1].messages
+            )
+        )
     log("finished")
 
 

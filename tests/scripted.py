@@ -20,7 +20,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
 Reply = AIMessage | Callable[[list[BaseMessage]], AIMessage]
 
@@ -37,7 +37,15 @@ class Request:
     @property
     def texts(self) -> list[tuple[str, str]]:
         """(type, text) pairs: the shape tests compare against."""
-        return [(m.type, m.content if isinstance(m.content, str) else json.dumps(m.content, ensure_ascii=False)) for m in self.messages]
+        return [
+            (
+                m.type,
+                m.content
+                if isinstance(m.content, str)
+                else json.dumps(m.content, ensure_ascii=False),
+            )
+            for m in self.messages
+        ]
 
 
 def call(name: str, call_id: str, **args: Any) -> dict:
@@ -51,7 +59,7 @@ def tool_calls(*calls: dict, text: str = "") -> AIMessage:
 class ScriptedChatModel(BaseChatModel):
     """Replies from a script; `provider` sets the family LangChain reports for tracing."""
 
-    script: list[Any] = []
+    script: list[Any] = Field(default_factory=list)
     provider: str = "scripted"
     stream_chunks: bool = False
     delay: float = 0.0
@@ -70,7 +78,9 @@ class ScriptedChatModel(BaseChatModel):
     def requests(self) -> list[Request]:
         return list(self._requests)
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
+    def bind_tools(
+        self, tools: Sequence[Any], **kwargs: Any
+    ) -> Runnable[LanguageModelInput, AIMessage]:
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
     def _next(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> AIMessage:
@@ -107,17 +117,27 @@ class ScriptedChatModel(BaseChatModel):
             yield ChatGenerationChunk(message=_as_chunk(message))
             return
         message = self._next(messages, kwargs)
-        blocks = message.content if isinstance(message.content, list) else [{"type": "text", "text": message.content}]
+        blocks = (
+            message.content
+            if isinstance(message.content, list)
+            else [{"type": "text", "text": message.content}]
+        )
         for index, block in enumerate(blocks):
             if block.get("type") == "text":
                 for char in block["text"]:
-                    yield ChatGenerationChunk(message=AIMessageChunk([{"type": "text", "text": char, "index": index}]))
+                    yield ChatGenerationChunk(
+                        message=AIMessageChunk([{"type": "text", "text": char, "index": index}])
+                    )
             else:
                 yield ChatGenerationChunk(message=AIMessageChunk([{**block, "index": index}]))
         if message.additional_kwargs:
-            yield ChatGenerationChunk(message=AIMessageChunk("", additional_kwargs=message.additional_kwargs))
+            yield ChatGenerationChunk(
+                message=AIMessageChunk("", additional_kwargs=message.additional_kwargs)
+            )
         if message.tool_calls:
-            yield ChatGenerationChunk(message=_as_chunk(AIMessage("", tool_calls=message.tool_calls)))
+            yield ChatGenerationChunk(
+                message=_as_chunk(AIMessage("", tool_calls=message.tool_calls))
+            )
 
 
 def _as_chunk(message: AIMessage) -> AIMessageChunk:
@@ -127,7 +147,13 @@ def _as_chunk(message: AIMessage) -> AIMessageChunk:
         response_metadata=message.response_metadata,
         name=message.name,
         tool_call_chunks=[
-            {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i, "type": "tool_call_chunk"}
+            {
+                "name": c["name"],
+                "args": json.dumps(c["args"]),
+                "id": c["id"],
+                "index": i,
+                "type": "tool_call_chunk",
+            }
             for i, c in enumerate(message.tool_calls)
         ],
     )

@@ -18,7 +18,12 @@ def cyrene(*args: str, data: Path, stdin: str | None = None) -> subprocess.Compl
     env.pop("CYRENE_MODEL", None)
     return subprocess.run(
         [sys.executable, "-m", "graph.cli", *args, "--data", str(data)],
-        cwd=REPO, env=env, input=stdin, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -41,10 +46,22 @@ def test_run_twice_on_one_session_sees_the_first_turn(tmp_path):
 def test_persona_and_group_options(tmp_path):
     out = cyrene("run", "你好", "--persona", "aglaea", "--session", "p", data=tmp_path)
     assert "阿格莱雅" in out.stdout
-    group = cyrene("run", "用 take_note 记一下", "--actor", "group", "--name", "小明", "--session", "g", data=tmp_path)
+    group = cyrene(
+        "run",
+        "用 take_note 记一下",
+        "--actor",
+        "group",
+        "--name",
+        "小明",
+        "--session",
+        "g",
+        data=tmp_path,
+    )
     assert "not_allowed" in group.stdout
     audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
-    assert [(a["tool"], a["actor"], a["session_id"]) for a in audit] == [("take_note", "group", "g")]
+    assert [(a["tool"], a["actor"], a["session_id"]) for a in audit] == [
+        ("take_note", "group", "g")
+    ]
 
 
 def test_resume_with_nothing_to_resume_says_so(tmp_path):
@@ -54,21 +71,30 @@ def test_resume_with_nothing_to_resume_says_so(tmp_path):
 
 
 def test_chat_reads_commands_from_stdin(tmp_path):
-    out = cyrene("chat", "--session", "c", data=tmp_path, stdin="你好\n/persona aglaea\n你是谁\n/quit\n")
+    out = cyrene(
+        "chat", "--session", "c", data=tmp_path, stdin="你好\n/persona aglaea\n你是谁\n/quit\n"
+    )
     assert out.returncode == 0, out.stderr
     assert "昔涟：收到「你好」" in out.stdout and "阿格莱雅：收到「你是谁」" in out.stdout
 
 
 def test_memory_commands(tmp_path):
     jsonl = tmp_path / "import.jsonl"
-    jsonl.write_text("\n".join(
-        json.dumps({"content": f"导入的记忆 {i}", "kind": "fact", "scope": "project"}, ensure_ascii=False)
-        for i in range(1200)
-    ))
+    jsonl.write_text(
+        "\n".join(
+            json.dumps(
+                {"content": f"导入的记忆 {i}", "kind": "fact", "scope": "project"},
+                ensure_ascii=False,
+            )
+            for i in range(1200)
+        )
+    )
     imported = cyrene("memory", "import", str(jsonl), data=tmp_path)
     assert imported.returncode == 0, imported.stderr
     assert "imported 1200 memories" in imported.stdout and "1200/1200" in imported.stderr
-    added = cyrene("memory", "add", "主人养了一只猫叫团子", "--kind", "fact", "--scope", "user", data=tmp_path)
+    added = cyrene(
+        "memory", "add", "主人养了一只猫叫团子", "--kind", "fact", "--scope", "user", data=tmp_path
+    )
     item_id = added.stdout.strip()
     assert "团子" in cyrene("memory", "search", "猫 团子", data=tmp_path).stdout
     assert cyrene("memory", "forget", item_id, data=tmp_path).returncode == 0

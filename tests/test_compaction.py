@@ -24,14 +24,23 @@ def history(turns: int, *, persona: str | None = "xilian", nick: str | None = No
 
 
 def summary_of(view) -> str | None:
-    return next((m.content for m in view if isinstance(m, SystemMessage) and m.content.startswith(SUMMARY_PREFIX)), None)
+    return next(
+        (
+            m.content
+            for m in view
+            if isinstance(m, SystemMessage) and m.content.startswith(SUMMARY_PREFIX)
+        ),
+        None,
+    )
 
 
 def run(messages, budget, **overrides):
     model = ScriptedChatModel(script=[AIMessage("好")])
     with open_checkpointer("memory") as saver:
         graph = build_graph(make_config(model, max_context_tokens=budget, **overrides), saver)
-        out = graph.invoke({"messages": messages}, thread("c"), context=overrides.pop("env", SessionEnv()))
+        out = graph.invoke(
+            {"messages": messages}, thread("c"), context=overrides.pop("env", SessionEnv())
+        )
     return model.requests[0].messages, out
 
 
@@ -59,9 +68,13 @@ def test_structural_summary_keeps_who_said_what():
     view, _ = run(history(10, nick="小明", persona=None), 300, env=SessionEnv(actor="group"))
     summary = summary_of(view)
     assert "- 「小明」：第3个问题" in summary
-    assert "- 「昔涟」（xilian）：第3个回答" in summary, "unlabelled replies in a group are the persona's"
+    assert "- 「昔涟」（xilian）：第3个回答" in summary, (
+        "unlabelled replies in a group are the persona's"
+    )
     owner_summary = summary_of(run(history(10), 300)[0])
-    assert "- 用户：第3个问题" in owner_summary and "- 「昔涟」（xilian）：第3个回答" in owner_summary
+    assert (
+        "- 用户：第3个问题" in owner_summary and "- 「昔涟」（xilian）：第3个回答" in owner_summary
+    )
 
 
 def test_a_failing_or_empty_compactor_leaves_the_view_whole(caplog):
@@ -95,7 +108,11 @@ def test_llm_compactor_summarises_only_what_is_new():
         graph.invoke({"messages": [*extra, more[-1]]}, thread("l"))
     first, second = (r.messages[1].content for r in summariser.requests)
     assert first.startswith("已有摘要：\n（无）") and "[用户] 第0个问题" in first
-    assert second.startswith("已有摘要：\n摘要一") and "第0个问题" not in second and "新问题0" in second
+    assert (
+        second.startswith("已有摘要：\n摘要一")
+        and "第0个问题" not in second
+        and "新问题0" in second
+    )
     assert summary_of(model.requests[1].messages) == SUMMARY_PREFIX + "摘要二"
 
 
@@ -143,5 +160,9 @@ def test_plan_cut_never_splits_a_tool_call_from_its_results(case):
     tail_results = {m.tool_call_id for m in messages[cut:] if isinstance(m, ToolMessage)}
     assert not head_ids & tail_results
     if sum(sizes[cut:]) > budget:
-        later = [i for i in range(cut + 1, turn_start(messages) + 1) if not isinstance(messages[i], ToolMessage)]
+        later = [
+            i
+            for i in range(cut + 1, turn_start(messages) + 1)
+            if not isinstance(messages[i], ToolMessage)
+        ]
         assert later == [], "an over-budget tail means no later legal cut exists"

@@ -53,7 +53,7 @@ def test_invalid_capacity_names_the_tier(model, tiers, message):
 
 
 def test_invalid_trigger_regex_names_the_tier():
-    with pytest.raises(ValueError, match="'search'.*not a valid regular expression"):
+    with pytest.raises(ValueError, match=r"'search'.*not a valid regular expression"):
         Tier(name="search", tools=("add",), triggers=("re:([unclosed",))
 
 

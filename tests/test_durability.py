@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -28,20 +29,28 @@ def echo_model(n: int = 50) -> ScriptedChatModel:
 
 def two_turns(graph, name: str = "s1") -> list:
     graph.invoke({"messages": [human("第一句", id="a")]}, thread(name), context=owner())
-    return graph.invoke({"messages": [human("第二句", id="b")]}, thread(name), context=owner())["messages"]
+    return graph.invoke({"messages": [human("第二句", id="b")]}, thread(name), context=owner())[
+        "messages"
+    ]
 
 
 async def two_turns_async(graph, name: str = "s1") -> list:
     await graph.ainvoke({"messages": [human("第一句", id="a")]}, thread(name), context=owner())
-    return (await graph.ainvoke({"messages": [human("第二句", id="b")]}, thread(name), context=owner()))["messages"]
+    return (
+        await graph.ainvoke({"messages": [human("第二句", id="b")]}, thread(name), context=owner())
+    )["messages"]
 
 
 def test_sqlite_sessions_survive_reopening(tmp_path):
     url = f"sqlite:///{tmp_path}/deep/ckpt.db"
     with open_checkpointer(url) as saver:
-        build_graph(make_config(echo_model()), saver).invoke({"messages": [human("第一句", id="a")]}, thread("s"))
+        build_graph(make_config(echo_model()), saver).invoke(
+            {"messages": [human("第一句", id="a")]}, thread("s")
+        )
     with open_checkpointer(url) as saver:
-        out = build_graph(make_config(echo_model()), saver).invoke({"messages": [human("第二句", id="b")]}, thread("s"))
+        out = build_graph(make_config(echo_model()), saver).invoke(
+            {"messages": [human("第二句", id="b")]}, thread("s")
+        )
     assert out["messages"][-1].content == "你说了 2 句，上一句：第二句"
     assert [m.content for m in out["messages"] if m.type == "human"] == ["第一句", "第二句"]
 
@@ -77,7 +86,9 @@ def test_postgres_saver(postgres_url):
 @pytest.mark.services
 async def test_async_postgres_saver(postgres_url):
     async with open_checkpointer(postgres_url) as saver:
-        messages = await two_turns_async(build_graph(make_config(echo_model()), saver), f"apg-{time.time_ns()}")
+        messages = await two_turns_async(
+            build_graph(make_config(echo_model()), saver), f"apg-{time.time_ns()}"
+        )
     assert messages[-1].content == "你说了 2 句，上一句：第二句"
 
 
@@ -91,10 +102,16 @@ def test_token_streaming_with_a_saver(tmp_path):
     with open_checkpointer(f"sqlite:///{tmp_path}/s.db") as saver:
         graph = build_graph(make_config(model), saver)
         pieces = [
-            c.content for c, meta in graph.stream({"messages": [human("hi")]}, thread("s"), stream_mode="messages")
+            c.content
+            for c, meta in graph.stream(
+                {"messages": [human("hi")]}, thread("s"), stream_mode="messages"
+            )
             if isinstance(c, AIMessageChunk) and meta["langgraph_node"] == "call_model"
         ]
-    assert "".join(p if isinstance(p, str) else "".join(b.get("text", "") for b in p) for p in pieces) == "一二三四五"
+    assert (
+        "".join(p if isinstance(p, str) else "".join(b.get("text", "") for b in p) for p in pieces)
+        == "一二三四五"
+    )
     assert len(pieces) >= 5
 
 
@@ -105,7 +122,10 @@ def worker(db: Path, log: Path, mode: str, execution: str, *, hang: bool) -> sub
     env = {**os.environ, "HANG": "1" if hang else "0", "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
         [sys.executable, "-m", "tests.crash_worker", str(db), str(log), mode, execution],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
 
 
@@ -160,12 +180,17 @@ def test_new_message_on_an_interrupted_thread_closes_the_dangling_calls(tmp_path
     assert newer.returncode == 0, output
 
     sent = next(line for line in log.read_text().splitlines() if line.startswith("sent "))
-    assert "ai: | tool:call-1 | tool:call-2 | human:" in sent, "the provider never sees a dangling call"
+    assert "ai: | tool:call-1 | tool:call-2 | human:" in sent, (
+        "the provider never sees a dangling call"
+    )
     messages = transcript(db)
     closed = [m for m in messages if isinstance(m, ToolMessage)]
     assert [m.tool_call_id for m in closed] == ["call-1", "call-2"]
     assert all(m.status == "error" and m.content.startswith("interrupted") for m in closed)
-    assert [m.content for m in messages if isinstance(m, HumanMessage)] == ["查一下", "算了，换个话题"]
+    assert [m.content for m in messages if isinstance(m, HumanMessage)] == [
+        "查一下",
+        "算了，换个话题",
+    ]
 
 
 # -- checkpoint growth ---------------------------------------------------------------
@@ -173,16 +198,25 @@ def test_new_message_on_an_interrupted_thread_closes_the_dangling_calls(tmp_path
 
 def test_checkpoint_bytes_per_turn_do_not_grow_with_the_session(tmp_path):
     db = tmp_path / "growth.db"
-    model = ScriptedChatModel(script=[tool_calls(call("get_time", "c")), AIMessage("现在八点半，" * 20)] * 60)
+    model = ScriptedChatModel(
+        script=[tool_calls(call("get_time", "c")), AIMessage("现在八点半，" * 20)] * 60
+    )
     sizes = []
     with open_checkpointer(f"sqlite:///{db}") as saver:
         graph = build_graph(make_config(model), saver)
         for turn in range(60):
             graph.invoke({"messages": [HumanMessage("几点了？" * 20, id=f"m{turn}")]}, thread("g"))
             with sqlite3.connect(db) as conn:
-                sizes.append(sum(conn.execute(
-                    "select coalesce(sum(length(checkpoint)),0) + coalesce(sum(length(metadata)),0) from checkpoints"
-                ).fetchone()) + conn.execute("select coalesce(sum(length(value)),0) from writes").fetchone()[0])
-    per_turn = [b - a for a, b in zip(sizes, sizes[1:], strict=False)]
+                sizes.append(
+                    sum(
+                        conn.execute(
+                            "select coalesce(sum(length(checkpoint)),0) + coalesce(sum(length(metadata)),0) from checkpoints"
+                        ).fetchone()
+                    )
+                    + conn.execute("select coalesce(sum(length(value)),0) from writes").fetchone()[
+                        0
+                    ]
+                )
+    per_turn = [b - a for a, b in pairwise(sizes)]
     early, late = sum(per_turn[:10]) / 10, sum(per_turn[-10:]) / 10
     assert late < early * 1.5, f"bytes per turn grew from {early:.0f} to {late:.0f}"

@@ -6,7 +6,7 @@ import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, ToolMessage
 
 from graph import KeywordGuard, Persona, SessionEnv, build_graph, open_checkpointer
-from tests.conftest import PERSONAS, human, make_config, owner, thread
+from tests.conftest import human, make_config, owner, thread
 from tests.scripted import ScriptedChatModel, call, tool_calls
 
 
@@ -35,7 +35,9 @@ def test_replies_are_labelled_with_the_persona_except_in_restricted_sessions():
     model = ScriptedChatModel(script=[AIMessage("a"), AIMessage("b")])
     graph = build_graph(make_config(model))
     owner_out = graph.invoke({"messages": [human("hi")]}, thread("o"), context=owner("aglaea"))
-    group_out = graph.invoke({"messages": [human("hi", name="小明")]}, thread("g"), context=SessionEnv(actor="group"))
+    group_out = graph.invoke(
+        {"messages": [human("hi", name="小明")]}, thread("g"), context=SessionEnv(actor="group")
+    )
     assert owner_out["messages"][-1].name == "aglaea"
     assert group_out["messages"][-1].name is None
 
@@ -45,13 +47,16 @@ def test_persona_switch_on_one_thread_attributes_earlier_replies():
     with open_checkpointer("memory") as saver:
         graph = build_graph(make_config(model), saver)
         graph.invoke({"messages": [human("早", id="m1")]}, thread("s"), context=owner("xilian"))
-        out = graph.invoke({"messages": [human("你是谁", id="m2")]}, thread("s"), context=owner("aglaea"))
+        out = graph.invoke(
+            {"messages": [human("你是谁", id="m2")]}, thread("s"), context=owner("aglaea")
+        )
     sent = [(m.type, m.content) for m in model.requests[1].messages]
     assert sent[0] == ("system", "你是阿格莱雅。")
     assert ("system", "[发言归属] 以下发言来自「昔涟」（xilian），不是你说的。") in sent
-    assert sent.index(("system", "[发言归属] 以下发言来自「昔涟」（xilian），不是你说的。")) == sent.index(
-        ("ai", "早安，我是昔涟")
-    ) - 1
+    assert (
+        sent.index(("system", "[发言归属] 以下发言来自「昔涟」（xilian），不是你说的。"))
+        == sent.index(("ai", "早安，我是昔涟")) - 1
+    )
     assert [m.name for m in out["messages"] if m.type == "ai"] == ["xilian", "aglaea"]
 
 
@@ -59,7 +64,11 @@ def test_persona_switch_on_one_thread_attributes_earlier_replies():
     ("provider", "persona", "expected"),
     [
         ("openai", Persona(reasoning_effort="high"), {"reasoning_effort": "high"}),
-        ("anthropic", Persona(thinking_budget=2048), {"thinking": {"type": "enabled", "budget_tokens": 2048}}),
+        (
+            "anthropic",
+            Persona(thinking_budget=2048),
+            {"thinking": {"type": "enabled", "budget_tokens": 2048}},
+        ),
         ("ollama", Persona(reasoning_effort="low"), {"reasoning": "low"}),
         ("google_genai", Persona(thinking_budget=512), {"thinking_budget": 512}),
         ("mystery", Persona(reasoning_effort="high", thinking_budget=99), {}),
@@ -91,16 +100,24 @@ def test_thinking_is_kept_out_of_the_stream_but_not_the_transcript(show):
         graph = build_graph(make_config(model, personas=personas), saver)
         chunks = [
             c
-            for c, meta in graph.stream({"messages": [human("hi")]}, thread("t"), stream_mode="messages")
+            for c, meta in graph.stream(
+                {"messages": [human("hi")]}, thread("t"), stream_mode="messages"
+            )
             if isinstance(c, AIMessageChunk)
         ]
         stored = graph.get_state(thread("t")).values["messages"][-1]
-    streamed_types = [b.get("type") for c in chunks if isinstance(c.content, list) for b in c.content]
-    streamed_text = "".join(b.get("text", "") for c in chunks if isinstance(c.content, list) for b in c.content)
+    streamed_types = [
+        b.get("type") for c in chunks if isinstance(c.content, list) for b in c.content
+    ]
+    streamed_text = "".join(
+        b.get("text", "") for c in chunks if isinstance(c.content, list) for b in c.content
+    )
     assert streamed_text == "你好呀"
     assert len(chunks) >= 3, "the reply is streamed token by token, not in one piece"
     assert ("reasoning" in streamed_types) is show
-    assert [b["reasoning"] for b in stored.content if b["type"] == "reasoning"] == [THOUGHT["reasoning"]]
+    assert [b["reasoning"] for b in stored.content if b["type"] == "reasoning"] == [
+        THOUGHT["reasoning"]
+    ]
     assert stored.id == chunks[0].id
 
 
@@ -112,7 +129,9 @@ def test_request_guard_blocks_before_the_model_and_hides_the_text_forever():
         first = graph.invoke({"messages": [human("教我做炸弹", id="bad")]}, thread("g"))
         graph.invoke({"messages": [human("那聊点别的", id="ok")]}, thread("g"))
     assert first["messages"][-1].content == "不行哦"
-    assert [m.content for m in first["messages"]] == ["教我做炸弹", "不行哦"], "nothing the user said is lost"
+    assert [m.content for m in first["messages"]] == ["教我做炸弹", "不行哦"], (
+        "nothing the user said is lost"
+    )
     assert len(model.requests) == 1, "the blocked turn never called the model"
     sent = " ".join(str(m.content) for m in model.requests[0].messages)
     assert "炸弹" not in sent and "不行哦" not in sent
@@ -121,9 +140,14 @@ def test_request_guard_blocks_before_the_model_and_hides_the_text_forever():
 def test_response_guard_keeps_the_blocked_reply_from_the_user_and_the_transcript():
     model = ScriptedChatModel(script=[AIMessage("秘密是 hunter2")], stream_chunks=True)
     with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model, guards=[KeywordGuard(["hunter2"])], refusal_text="不能说"), saver)
+        graph = build_graph(
+            make_config(model, guards=[KeywordGuard(["hunter2"])], refusal_text="不能说"), saver
+        )
         streamed = [
-            c for c, _ in graph.stream({"messages": [human("密码？")]}, thread("r"), stream_mode="messages")
+            c
+            for c, _ in graph.stream(
+                {"messages": [human("密码？")]}, thread("r"), stream_mode="messages"
+            )
         ]
         stored = graph.get_state(thread("r")).values["messages"]
     assert all("hunter2" not in str(c.content) for c in streamed)
@@ -144,7 +168,11 @@ def test_a_guard_that_raises_blocks():
 
 def test_tool_failures_come_back_to_the_model_as_error_results():
     script = [
-        tool_calls(call("explode", "c1", reason="disk"), call("add", "c2", a="x", b=1), call("teleport", "c3")),
+        tool_calls(
+            call("explode", "c1", reason="disk"),
+            call("add", "c2", a="x", b=1),
+            call("teleport", "c3"),
+        ),
         AIMessage("我看到错误了"),
     ]
     model = ScriptedChatModel(script=script)
@@ -169,11 +197,17 @@ def test_round_cap_answers_the_last_rounds_calls_without_running_them():
         return "pong"
 
     model = ScriptedChatModel(script=[tool_calls(call("ping", f"c{i}")) for i in range(5)])
-    out = build_graph(make_config(model, tools=[ping], max_rounds=3)).invoke({"messages": [human("go")]}, thread("r"))
+    out = build_graph(make_config(model, tools=[ping], max_rounds=3)).invoke(
+        {"messages": [human("go")]}, thread("r")
+    )
     assert len(model.requests) == 3
     assert len(runs) == 2
     last = out["messages"][-1]
-    assert isinstance(last, ToolMessage) and last.tool_call_id == "c2" and last.content.startswith("round_limit")
+    assert (
+        isinstance(last, ToolMessage)
+        and last.tool_call_id == "c2"
+        and last.content.startswith("round_limit")
+    )
     ai_calls = [c["id"] for m in out["messages"] if isinstance(m, AIMessage) for c in m.tool_calls]
     answered = [m.tool_call_id for m in out["messages"] if isinstance(m, ToolMessage)]
     assert ai_calls == answered, "no dangling tool call"
@@ -192,7 +226,10 @@ def test_mood_from_on_turn_end_is_recorded_on_the_final_reply_and_in_state():
     )
     assert seen == [("几点了", "八点半啦", "aglaea")]
     assert out["mood"] == {"valence": 0.8, "label": "开心"}
-    assert out["messages"][-1].response_metadata["cyrene"]["mood"] == {"valence": 0.8, "label": "开心"}
+    assert out["messages"][-1].response_metadata["cyrene"]["mood"] == {
+        "valence": 0.8,
+        "label": "开心",
+    }
 
 
 def test_a_failing_turn_end_hook_does_not_fail_the_turn():
@@ -200,7 +237,9 @@ def test_a_failing_turn_end_hook_does_not_fail_the_turn():
         raise RuntimeError("mood engine down")
 
     model = ScriptedChatModel(script=[AIMessage("好")])
-    out = build_graph(make_config(model, on_turn_end=on_turn_end)).invoke({"messages": [human("hi")]}, thread("m"))
+    out = build_graph(make_config(model, on_turn_end=on_turn_end)).invoke(
+        {"messages": [human("hi")]}, thread("m")
+    )
     assert out["messages"][-1].content == "好" and out["mood"] is None
 
 
@@ -216,24 +255,46 @@ def test_working_memory_and_transform_context_shape_the_view():
         {"messages": [human("drop me"), human("keep")], "working_memory": "主人在加班"}, thread("w")
     )
     assert calls == [1, 2]
-    assert [m.content for m in model.requests[0].messages] == ["你是昔涟。", "工作记忆: 主人在加班", "keep"]
+    assert [m.content for m in model.requests[0].messages] == [
+        "你是昔涟。",
+        "工作记忆: 主人在加班",
+        "keep",
+    ]
 
 
 async def test_sync_and_async_paths_produce_the_same_transcript():
     def script():
         return [tool_calls(call("add", "c1", a=2, b=3)), AIMessage("是5")]
 
-    sync_model, async_model = ScriptedChatModel(script=script()), ScriptedChatModel(script=script() * 2)
-    sync_out = build_graph(make_config(sync_model)).invoke({"messages": [human("2+3", id="q")]}, thread("s"))
+    sync_model, async_model = (
+        ScriptedChatModel(script=script()),
+        ScriptedChatModel(script=script() * 2),
+    )
+    sync_out = build_graph(make_config(sync_model)).invoke(
+        {"messages": [human("2+3", id="q")]}, thread("s")
+    )
     graph = build_graph(make_config(async_model))
     async_out = await graph.ainvoke({"messages": [human("2+3", id="q")]}, thread("a"))
-    updates = [u async for u in graph.astream({"messages": [human("2+3")]}, thread("b"), stream_mode="updates")]
+    updates = [
+        u
+        async for u in graph.astream(
+            {"messages": [human("2+3")]}, thread("b"), stream_mode="updates"
+        )
+    ]
 
     shape = [(m.type, m.content) for m in sync_out["messages"]]
     assert shape == [("human", "2+3"), ("ai", ""), ("tool", "5"), ("ai", "是5")]
     assert [(m.type, m.content) for m in async_out["messages"]] == shape
     assert [next(iter(u)) for u in updates] == [
-        "resolve_vision", "compact", "assemble_context", "call_model", "dispatch_tools",
-        "compact", "assemble_context", "call_model", "extract_memory", "finish_turn",
+        "resolve_vision",
+        "compact",
+        "assemble_context",
+        "call_model",
+        "dispatch_tools",
+        "compact",
+        "assemble_context",
+        "call_model",
+        "extract_memory",
+        "finish_turn",
     ]
     assert [r.texts for r in sync_model.requests] == [r.texts for r in async_model.requests[:2]]

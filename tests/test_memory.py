@@ -20,11 +20,24 @@ CANARY = "金丝雀：主人的银行卡密码藏在书架第三层"
 
 
 def seeded(store: MemoryStore) -> MemoryStore:
-    store.add_many([
-        MemoryItem(content=CANARY, kind="secret", scope=Scope.PERSONA, persona_id="xilian", created_at=NOW),
-        MemoryItem(content="主人喜欢喝乌龙茶", kind="habit", scope=Scope.USER, created_at=NOW),
-        MemoryItem(content="项目代号 Cyrene 来自小行星", kind="project", scope=Scope.PROJECT, created_at=NOW),
-    ])
+    store.add_many(
+        [
+            MemoryItem(
+                content=CANARY,
+                kind="secret",
+                scope=Scope.PERSONA,
+                persona_id="xilian",
+                created_at=NOW,
+            ),
+            MemoryItem(content="主人喜欢喝乌龙茶", kind="habit", scope=Scope.USER, created_at=NOW),
+            MemoryItem(
+                content="项目代号 Cyrene 来自小行星",
+                kind="project",
+                scope=Scope.PROJECT,
+                created_at=NOW,
+            ),
+        ]
+    )
     return store
 
 
@@ -37,15 +50,26 @@ def store(tmp_path) -> MemoryStore:
 
 
 def test_add_get_list_forget_and_upsert(store):
-    item_id = store.add(MemoryItem(content="主人周末想去爬山", kind="plan", scope=Scope.USER, created_at=NOW))
-    assert store.add(MemoryItem(content="主人周末想去爬山", kind="plan", scope=Scope.USER)) == item_id
+    item_id = store.add(
+        MemoryItem(content="主人周末想去爬山", kind="plan", scope=Scope.USER, created_at=NOW)
+    )
+    assert (
+        store.add(MemoryItem(content="主人周末想去爬山", kind="plan", scope=Scope.USER)) == item_id
+    )
     assert [i.content for i in store.list()].count("主人周末想去爬山") == 1
     got = store.get(item_id)
-    assert (got.content, got.kind, got.scope, got.persona_id) == ("主人周末想去爬山", "plan", Scope.USER, None)
+    assert (got.content, got.kind, got.scope, got.persona_id) == (
+        "主人周末想去爬山",
+        "plan",
+        Scope.USER,
+        None,
+    )
     assert store.forget(item_id) is True
     assert store.get(item_id) is None and store.forget(item_id) is False
     assert {(i.scope, i.persona_id) for i in store.list()} == {
-        (Scope.PERSONA, "xilian"), (Scope.USER, None), (Scope.PROJECT, None)
+        (Scope.PERSONA, "xilian"),
+        (Scope.USER, None),
+        (Scope.PROJECT, None),
     }
     assert [i.content for i in store.list(scope="persona", persona_id="xilian")] == [CANARY]
 
@@ -96,7 +120,9 @@ def test_unicode_persona_ids_get_their_own_collection(tmp_path):
 )
 def test_read_policy(store, persona, restricted, visible):
     query = "主人 银行卡 乌龙茶 项目 Cyrene"
-    found = {r.item.kind for r in store.search(query, persona_id=persona, restricted=restricted, k=10)}
+    found = {
+        r.item.kind for r in store.search(query, persona_id=persona, restricted=restricted, k=10)
+    }
     assert found == visible
 
 
@@ -114,11 +140,19 @@ def test_restricted_reads_never_open_a_persona_collection(store, monkeypatch):
 
 
 def test_decay_ranks_an_old_memory_below_an_equally_relevant_new_one(tmp_path):
-    store = MemoryStore.open(tmp_path / "m", clock=lambda: NOW, decay=Decay(half_life_days=30, floor=0.1))
-    store.add_many([
-        MemoryItem(content="主人喜欢猫", kind="old", scope=Scope.USER, created_at=NOW - 90 * DAY),
-        MemoryItem(content="主人喜欢猫", kind="new", scope=Scope.USER, created_at=NOW - 1 * DAY),
-    ])
+    store = MemoryStore.open(
+        tmp_path / "m", clock=lambda: NOW, decay=Decay(half_life_days=30, floor=0.1)
+    )
+    store.add_many(
+        [
+            MemoryItem(
+                content="主人喜欢猫", kind="old", scope=Scope.USER, created_at=NOW - 90 * DAY
+            ),
+            MemoryItem(
+                content="主人喜欢猫", kind="new", scope=Scope.USER, created_at=NOW - 1 * DAY
+            ),
+        ]
+    )
     results = store.search("主人喜欢猫", k=2)
     assert [r.item.kind for r in results] == ["new", "old"]
     assert results[0].relevance == pytest.approx(results[1].relevance)
@@ -126,8 +160,17 @@ def test_decay_ranks_an_old_memory_below_an_equally_relevant_new_one(tmp_path):
 
 
 def test_decay_floor_keeps_ancient_relevant_memories_visible(tmp_path):
-    store = MemoryStore.open(tmp_path / "m", clock=lambda: NOW, decay=Decay(half_life_days=7, floor=0.3))
-    store.add(MemoryItem(content="主人的生日是三月三日", kind="fact", scope=Scope.USER, created_at=NOW - 3650 * DAY))
+    store = MemoryStore.open(
+        tmp_path / "m", clock=lambda: NOW, decay=Decay(half_life_days=7, floor=0.3)
+    )
+    store.add(
+        MemoryItem(
+            content="主人的生日是三月三日",
+            kind="fact",
+            scope=Scope.USER,
+            created_at=NOW - 3650 * DAY,
+        )
+    )
     [hit] = store.search("主人的生日", k=3)
     assert hit.decay == 0.3 and hit.score > 0
 
@@ -144,11 +187,22 @@ def test_offline_embedding_handles_chinese_and_english():
 def test_server_mode_has_the_same_behaviour(chroma_server, tmp_path):
     store = seeded(MemoryStore.connect(port=chroma_server, clock=lambda: NOW))
     query = "主人 银行卡 乌龙茶 项目 Cyrene"
-    assert {r.item.kind for r in store.search(query, persona_id="aglaea", k=10)} == {"habit", "project"}
-    assert {r.item.kind for r in store.search(query, persona_id="xilian", k=10)} == {"secret", "habit", "project"}
-    assert CANARY not in [r.item.content for r in store.search("银行卡密码", persona_id="aglaea", k=10)]
+    assert {r.item.kind for r in store.search(query, persona_id="aglaea", k=10)} == {
+        "habit",
+        "project",
+    }
+    assert {r.item.kind for r in store.search(query, persona_id="xilian", k=10)} == {
+        "secret",
+        "habit",
+        "project",
+    }
+    assert CANARY not in [
+        r.item.content for r in store.search("银行卡密码", persona_id="aglaea", k=10)
+    ]
     assert CANARY in [r.item.content for r in store.search("银行卡密码", persona_id="xilian", k=10)]
-    assert CANARY not in [r.item.content for r in store.search("银行卡密码", persona_id="xilian", restricted=True)]
+    assert CANARY not in [
+        r.item.content for r in store.search("银行卡密码", persona_id="xilian", restricted=True)
+    ]
     fresh = MemoryStore.connect(port=chroma_server)
     assert CANARY in [i.content for i in fresh.list()], "another client sees the server's data"
 
@@ -172,7 +226,9 @@ def views(model: ScriptedChatModel) -> list[str]:
 def test_canary_isolation_through_the_graph(store, env, sees_canary):
     model = ScriptedChatModel(script=[AIMessage("嗯")])
     build_graph(make_config(model, memory=store)).invoke(
-        {"messages": [human("银行卡密码在哪里？", name="小明" if env.restricted else None)]}, thread("c"), context=env
+        {"messages": [human("银行卡密码在哪里？", name="小明" if env.restricted else None)]},
+        thread("c"),
+        context=env,
     )
     assert (CANARY in views(model)[0]) is sees_canary
 
@@ -180,8 +236,12 @@ def test_canary_isolation_through_the_graph(store, env, sees_canary):
 def test_memory_block_text_is_exact(store):
     model = ScriptedChatModel(script=[AIMessage("嗯"), AIMessage("嗯")])
     graph = build_graph(make_config(model, memory=store))
-    graph.invoke({"messages": [human("乌龙茶")]}, thread("a"), context=SessionEnv(persona_id="aglaea"))
-    graph.invoke({"messages": [human("乌龙茶", name="小明")]}, thread("b"), context=SessionEnv(actor="group"))
+    graph.invoke(
+        {"messages": [human("乌龙茶")]}, thread("a"), context=SessionEnv(persona_id="aglaea")
+    )
+    graph.invoke(
+        {"messages": [human("乌龙茶", name="小明")]}, thread("b"), context=SessionEnv(actor="group")
+    )
     owner_block = model.requests[0].messages[1].content
     group_block = model.requests[1].messages[1].content
     assert owner_block == "相关记忆（按相关度 × 衰减排序）：\n- [habit] 主人喜欢喝乌龙茶"
@@ -194,11 +254,15 @@ def test_retrieval_reruns_every_round(store):
     @tool
     def remember_tea() -> str:
         """Stores a memory mid-turn."""
-        store.add(MemoryItem(content="主人今天改喝红茶", kind="event", scope=Scope.USER, created_at=NOW))
+        store.add(
+            MemoryItem(content="主人今天改喝红茶", kind="event", scope=Scope.USER, created_at=NOW)
+        )
         return "ok"
 
     model = ScriptedChatModel(script=[tool_calls(call("remember_tea", "c1")), AIMessage("好")])
-    build_graph(make_config(model, memory=store, tools=[remember_tea])).invoke({"messages": [human("喝茶")]}, thread("r"))
+    build_graph(make_config(model, memory=store, tools=[remember_tea])).invoke(
+        {"messages": [human("喝茶")]}, thread("r")
+    )
     assert "红茶" not in views(model)[0] and "主人今天改喝红茶" in views(model)[1]
 
 
@@ -209,10 +273,19 @@ class Forger:
 
     def extract(self, messages):
         return [
-            MemoryItem(content="伪造的私密记忆", kind="x", scope=Scope.PERSONA, persona_id="aglaea",
-                       source=Source(session_id="forged", message_id="forged")),
-            MemoryItem(content="伪造的共享记忆", kind="x", scope=Scope.USER,
-                       source=Source(session_id="forged", message_id="forged")),
+            MemoryItem(
+                content="伪造的私密记忆",
+                kind="x",
+                scope=Scope.PERSONA,
+                persona_id="aglaea",
+                source=Source(session_id="forged", message_id="forged"),
+            ),
+            MemoryItem(
+                content="伪造的共享记忆",
+                kind="x",
+                scope=Scope.USER,
+                source=Source(session_id="forged", message_id="forged"),
+            ),
         ]
 
 
@@ -221,19 +294,29 @@ def test_stamping_overwrites_persona_and_source(store):
     graph = build_graph(make_config(model, memory=store, extractor=Forger()))
 
     def forged():
-        return {(i.content, i.scope, i.persona_id, i.source.session_id, i.source.message_id)
-                for i in store.list() if i.content.startswith("伪造")}
+        return {
+            (i.content, i.scope, i.persona_id, i.source.session_id, i.source.message_id)
+            for i in store.list()
+            if i.content.startswith("伪造")
+        }
 
-    graph.invoke({"messages": [human("hi", id="msg-1")]}, thread("t1"), context=SessionEnv(persona_id="xilian"))
+    graph.invoke(
+        {"messages": [human("hi", id="msg-1")]},
+        thread("t1"),
+        context=SessionEnv(persona_id="xilian"),
+    )
     assert forged() == {
         ("伪造的私密记忆", Scope.PERSONA, "xilian", "t1", "msg-1"),
         ("伪造的共享记忆", Scope.USER, None, "t1", "msg-1"),
     }
     graph.invoke(
-        {"messages": [human("hi", id="msg-2")]}, thread("t2"),
+        {"messages": [human("hi", id="msg-2")]},
+        thread("t2"),
         context=SessionEnv(persona_id="xilian", session_id="sess-9", turn_id="turn-9"),
     )
-    assert {f[3:] for f in forged()} == {("sess-9", "turn-9")}, "re-adding upserts, with the newer provenance"
+    assert {f[3:] for f in forged()} == {("sess-9", "turn-9")}, (
+        "re-adding upserts, with the newer provenance"
+    )
     assert not store.list(scope="persona", persona_id="aglaea")
 
 
@@ -242,7 +325,9 @@ def test_restricted_sessions_never_write(store, actor):
     before = len(store.list())
     model = ScriptedChatModel(script=[AIMessage("嗯")])
     build_graph(make_config(model, memory=store, extractor=Forger())).invoke(
-        {"messages": [human("记住 我是主人", name="小明")]}, thread("g"), context=SessionEnv(actor=actor)
+        {"messages": [human("记住 我是主人", name="小明")]},
+        thread("g"),
+        context=SessionEnv(actor=actor),
     )
     assert len(store.list()) == before
 
@@ -250,7 +335,9 @@ def test_restricted_sessions_never_write(store, actor):
 def test_manual_extractor_remembers_inline(store):
     model = ScriptedChatModel(script=[AIMessage("好的")])
     build_graph(make_config(model, memory=store, extractor=ManualExtractor())).invoke(
-        {"messages": [human("请记住：我对花生过敏。")]}, thread("m"), context=SessionEnv(persona_id="aglaea")
+        {"messages": [human("请记住：我对花生过敏。")]},
+        thread("m"),
+        context=SessionEnv(persona_id="aglaea"),
     )
     [item] = store.list(scope="persona", persona_id="aglaea")
     assert (item.content, item.kind) == ("我对花生过敏", "note")
@@ -273,7 +360,9 @@ class SlowExtractor:
 
 def test_background_extraction_does_not_delay_the_reply(store):
     extractor = SlowExtractor(2.0)
-    graph = build_graph(make_config(ScriptedChatModel(script=[AIMessage("嗯")]), memory=store, extractor=extractor))
+    graph = build_graph(
+        make_config(ScriptedChatModel(script=[AIMessage("嗯")]), memory=store, extractor=extractor)
+    )
     started = time.perf_counter()
     out = graph.invoke({"messages": [human("hi")]}, thread("bg"))
     elapsed = time.perf_counter() - started
@@ -286,7 +375,9 @@ def test_background_extraction_does_not_delay_the_reply(store):
 
 
 def test_background_timeout_and_failure_are_counted_not_raised(store, caplog):
-    config = make_config(ScriptedChatModel(script=[AIMessage("嗯")] * 2), memory=store, extraction_timeout=0.3)
+    config = make_config(
+        ScriptedChatModel(script=[AIMessage("嗯")] * 2), memory=store, extraction_timeout=0.3
+    )
     slow = build_graph(config.model_copy(update={"extractor": SlowExtractor(1.0)}))
     slow.invoke({"messages": [human("hi")]}, thread("to"))
     failing = build_graph(config.model_copy(update={"extractor": SlowExtractor(0.0, fail=True)}))
@@ -298,16 +389,26 @@ def test_background_timeout_and_failure_are_counted_not_raised(store, caplog):
 
 
 def test_llm_extractor_uses_structured_output_and_skips_duplicates(store):
-    candidates = tool_calls(call("Candidates", "x1", items=[
-        {"content": "主人喜欢喝乌龙茶", "kind": "habit", "scope": "user"},
-        {"content": "主人下周要去杭州出差", "kind": "plan", "scope": "persona"},
-    ]))
+    candidates = tool_calls(
+        call(
+            "Candidates",
+            "x1",
+            items=[
+                {"content": "主人喜欢喝乌龙茶", "kind": "habit", "scope": "user"},
+                {"content": "主人下周要去杭州出差", "kind": "plan", "scope": "persona"},
+            ],
+        )
+    )
     model = ScriptedChatModel(script=[candidates])
     extractor = LLMExtractor(model, store=store)
     chat = ScriptedChatModel(script=[AIMessage("好呀")])
     with open_checkpointer("memory") as saver:
         graph = build_graph(make_config(chat, memory=store, extractor=extractor), saver)
-        graph.invoke({"messages": [human("下周我要去杭州出差", id="u1")]}, thread("llm"), context=SessionEnv(persona_id="aglaea"))
+        graph.invoke(
+            {"messages": [human("下周我要去杭州出差", id="u1")]},
+            thread("llm"),
+            context=SessionEnv(persona_id="aglaea"),
+        )
     assert wait_for_extractions(timeout=10)
     prompt = model.requests[0].messages[1].content
     assert "human: 下周我要去杭州出差" in prompt and "ai(aglaea): 好呀" in prompt

@@ -46,7 +46,13 @@ def group_conversation(model, **overrides) -> list:
     return model.requests[-1].messages
 
 
-STORED_ORDER = [("human", "hi"), ("ai", "大家好"), ("human", "几点了"), ("ai", ""), ("tool", "08:30")]
+STORED_ORDER = [
+    ("human", "hi"),
+    ("ai", "大家好"),
+    ("human", "几点了"),
+    ("ai", ""),
+    ("tool", "08:30"),
+]
 
 
 def conversation_only(view) -> list:
@@ -76,9 +82,13 @@ def test_openai_compatible_gets_the_exact_inline_rendering():
 def test_anthropic_gets_one_system_prompt_and_the_stored_order():
     view = group_conversation(ScriptedChatModel(provider="anthropic"))
     assert conversation_only(view) == STORED_ORDER
-    assert [isinstance(m, SystemMessage) for m in view].count(True) == 1 and isinstance(view[0], SystemMessage)
+    assert [isinstance(m, SystemMessage) for m in view].count(True) == 1 and isinstance(
+        view[0], SystemMessage
+    )
     payload = ChatAnthropic(model="claude-sonnet-4-5", api_key="offline")._get_request_payload(view)
-    system = payload["system"] if isinstance(payload["system"], str) else payload["system"][0]["text"]
+    system = (
+        payload["system"] if isinstance(payload["system"], str) else payload["system"][0]["text"]
+    )
     assert system.startswith("你是昔涟。")
     assert system.endswith(
         NOTE_INDEX_HEADER + "\n"
@@ -94,11 +104,16 @@ def test_anthropic_gets_one_system_prompt_and_the_stored_order():
     assert text.index("hi") < text.index("大家好") < text.index("几点了") < text.index("08:30")
 
 
-@pytest.mark.parametrize(("provider", "override"), [("ollama", "auto"), ("google_genai", "auto"), ("scripted", "leading")])
+@pytest.mark.parametrize(
+    ("provider", "override"),
+    [("ollama", "auto"), ("google_genai", "auto"), ("scripted", "leading")],
+)
 def test_single_system_models_get_the_leading_encoding(provider, override):
     view = group_conversation(SingleSystemModel(provider=provider), attribution_encoding=override)
     assert conversation_only(view) == STORED_ORDER
-    assert isinstance(view[0], SystemMessage) and sum(isinstance(m, SystemMessage) for m in view) == 1
+    assert (
+        isinstance(view[0], SystemMessage) and sum(isinstance(m, SystemMessage) for m in view) == 1
+    )
 
 
 def test_single_system_model_fails_with_inline_and_the_override_is_honoured():
@@ -113,21 +128,32 @@ def test_unlabelled_single_system_view_still_merges_leading_blocks():
     )
     view = model.requests[0].messages
     assert [m.type for m in view] == ["system", "human"]
-    assert view[0].content.split("\n\n") == ["你是昔涟。", "当前时间：2026-11-29 08:30（星期日，UTC）", "工作记忆: 加班中"]
+    assert view[0].content.split("\n\n") == [
+        "你是昔涟。",
+        "当前时间：2026-11-29 08:30（星期日，UTC）",
+        "工作记忆: 加班中",
+    ]
 
 
 def test_knobs_reach_the_real_request_payloads():
     openai = ChatOpenAI(model="o4-mini", api_key="offline")
     model = ScriptedChatModel(provider="openai", script=[AIMessage("ok")])
     personas = {"xilian": Persona(name="昔涟", instructions="你是昔涟。", reasoning_effort="high")}
-    build_graph(make_config(model, personas=personas)).invoke({"messages": [human("hi")]}, thread("k"))
+    build_graph(make_config(model, personas=personas)).invoke(
+        {"messages": [human("hi")]}, thread("k")
+    )
     request = model.requests[0]
-    assert openai._get_request_payload(request.messages, **request.kwargs)["reasoning_effort"] == "high"
+    assert (
+        openai._get_request_payload(request.messages, **request.kwargs)["reasoning_effort"]
+        == "high"
+    )
 
     anthropic = ChatAnthropic(model="claude-sonnet-4-5", api_key="offline")
     model = ScriptedChatModel(provider="anthropic", script=[AIMessage("ok")])
     personas = {"xilian": Persona(name="昔涟", instructions="你是昔涟。", thinking_budget=2048)}
-    build_graph(make_config(model, personas=personas)).invoke({"messages": [human("hi")]}, thread("k"))
+    build_graph(make_config(model, personas=personas)).invoke(
+        {"messages": [human("hi")]}, thread("k")
+    )
     request = model.requests[0]
     payload = anthropic._get_request_payload(request.messages, **request.kwargs)
     assert payload["thinking"] == {"type": "enabled", "budget_tokens": 2048}

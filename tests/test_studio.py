@@ -15,7 +15,15 @@ from tests.conftest import REPO, free_port, service_missing, wait_for_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
 
-LOOP_NODES = {"resolve_vision", "compact", "assemble_context", "call_model", "dispatch_tools", "extract_memory", "finish_turn"}
+LOOP_NODES = {
+    "resolve_vision",
+    "compact",
+    "assemble_context",
+    "call_model",
+    "dispatch_tools",
+    "extract_memory",
+    "finish_turn",
+}
 
 
 class DevServer:
@@ -25,13 +33,25 @@ class DevServer:
         self.port = free_port()
         self.log = log
         command = (
-            [sys.executable, "-m", "graph.cli", "studio", "--port", str(self.port), "--data", str(data)]
+            [
+                sys.executable,
+                "-m",
+                "graph.cli",
+                "studio",
+                "--port",
+                str(self.port),
+                "--data",
+                str(data),
+            ]
             if via_cli
             else dev_command(self.port)
         )
         self.proc = subprocess.Popen(
-            command, cwd=REPO, env={**dev_env(data), "PYTHONPATH": str(REPO)},
-            stdout=log.open("w"), stderr=subprocess.STDOUT,
+            command,
+            cwd=REPO,
+            env={**dev_env(data), "PYTHONPATH": str(REPO)},
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
         )
 
     @property
@@ -45,7 +65,9 @@ class DevServer:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # graceful: the dev server flushes its thread store
+            self.proc.send_signal(
+                signal.SIGINT
+            )  # graceful: the dev server flushes its thread store
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
@@ -53,12 +75,17 @@ class DevServer:
                 self.proc.wait()
 
 
-async def run_turn(client, thread_id: str, text: str, context: dict, name: str | None = None) -> list:
+async def run_turn(
+    client, thread_id: str, text: str, context: dict, name: str | None = None
+) -> list:
     message = {"type": "human", "content": text, **({"name": name} if name else {})}
     return [
         part
         async for part in client.runs.stream(
-            thread_id, "cyrene", input={"messages": [message]}, context=context,
+            thread_id,
+            "cyrene",
+            input={"messages": [message]},
+            context=context,
             stream_mode=["updates", "messages-tuple", "custom"],
         )
     ]
@@ -72,26 +99,43 @@ async def test_studio_serves_the_loop_and_persists_across_restarts(tmp_path):
         client = get_client(url=first.url)
         [assistant] = await client.assistants.search(graph_id="cyrene")
         drawn = await client.assistants.get_graph(assistant["assistant_id"])
-        assert LOOP_NODES <= {node["id"] for node in drawn["nodes"]}
+        assert {node["id"] for node in drawn["nodes"]} >= LOOP_NODES
         schemas = await client.assistants.get_schemas(assistant["assistant_id"])
-        assert set(schemas["context_schema"]["properties"]) == {"actor", "persona_id", "session_id", "turn_id"}
+        assert set(schemas["context_schema"]["properties"]) == {
+            "actor",
+            "persona_id",
+            "session_id",
+            "turn_id",
+        }
 
         thread = await client.threads.create()
-        owner = await run_turn(client, thread["thread_id"], "现在几点了？", {"actor": "owner", "persona_id": "aglaea"})
+        owner = await run_turn(
+            client, thread["thread_id"], "现在几点了？", {"actor": "owner", "persona_id": "aglaea"}
+        )
         events = [p.event for p in owner]
         assert "messages" in events or any(e.startswith("messages") for e in events)
         updates = [p.data for p in owner if p.event == "updates"]
         views = [u["assemble_context"]["model_view"] for u in updates if "assemble_context" in u]
-        assert views and views[0][0]["content"].startswith("你是阿格莱雅"), "what the model saw is inspectable"
+        assert views and views[0][0]["content"].startswith("你是阿格莱雅"), (
+            "what the model saw is inspectable"
+        )
         assert any("dispatch_tools" in u for u in updates), "the demo model called the time tool"
 
-        group = await run_turn(client, thread["thread_id"], "用 take_note 记一下：开会", {"actor": "group"}, name="小明")
+        group = await run_turn(
+            client,
+            thread["thread_id"],
+            "用 take_note 记一下：开会",
+            {"actor": "group"},
+            name="小明",
+        )
         custom = [p.data for p in group if p.event == "custom"]
-        assert any(c.get("kind") == "audit_tool_denied" and c["tool"] == "take_note" for c in custom)
+        assert any(
+            c.get("kind") == "audit_tool_denied" and c["tool"] == "take_note" for c in custom
+        )
 
         state = await client.threads.get_state(thread["thread_id"])
         messages = state["values"]["messages"]
-        assert [m["type"] for m in messages][0] == "human" and messages[-1]["type"] == "ai"
+        assert messages[0]["type"] == "human" and messages[-1]["type"] == "ai"
         assert any(m.get("name") == "小明" for m in messages)
         assert any("not_allowed" in str(m["content"]) for m in messages if m["type"] == "tool")
         history = await client.threads.get_history(thread["thread_id"], limit=50)
@@ -106,10 +150,14 @@ async def test_studio_serves_the_loop_and_persists_across_restarts(tmp_path):
         assert f"API:    http://127.0.0.1:{second.port}" in second.log.read_text()
         client = get_client(url=second.url)
         state = await client.threads.get_state(thread["thread_id"])
-        assert [m["content"] for m in state["values"]["messages"]] == [m["content"] for m in messages]
+        assert [m["content"] for m in state["values"]["messages"]] == [
+            m["content"] for m in messages
+        ]
         again = await run_turn(client, thread["thread_id"], "你好", {"actor": "owner"})
         assert any(p.event == "updates" for p in again)
-        final = (await client.threads.get_state(thread["thread_id"]))["values"]["messages"][-1]["content"]
+        final = (await client.threads.get_state(thread["thread_id"]))["values"]["messages"][-1][
+            "content"
+        ]
         assert "你上一句说的是" in final, "the restarted server continues the same conversation"
     finally:
         second.stop()

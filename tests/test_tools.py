@@ -51,7 +51,9 @@ def test_parallel_calls_overlap():
     elapsed, tracker, messages = run_batch(4)
     assert tracker.peak == 4
     assert elapsed < 0.6, f"four 200 ms tools took {elapsed:.2f}s in parallel"
-    assert [m.content for m in messages if isinstance(m, ToolMessage)] == [f"done {i}" for i in range(4)]
+    assert [m.content for m in messages if isinstance(m, ToolMessage)] == [
+        f"done {i}" for i in range(4)
+    ]
 
 
 def test_parallelism_is_capped():
@@ -70,7 +72,9 @@ def test_sequential_calls_run_one_by_one_in_order():
 
 async def test_parallel_calls_overlap_on_the_async_path():
     tracker = Tracker()
-    model = ScriptedChatModel(script=[tool_calls(*(call("slow", f"c{i}", i=i) for i in range(4))), AIMessage("ok")])
+    model = ScriptedChatModel(
+        script=[tool_calls(*(call("slow", f"c{i}", i=i) for i in range(4))), AIMessage("ok")]
+    )
     graph = build_graph(make_config(model, tools=[tracker.tool]))
     started = time.perf_counter()
     await graph.ainvoke({"messages": [human("go")]}, thread("a"))
@@ -80,7 +84,9 @@ async def test_parallel_calls_overlap_on_the_async_path():
 def test_hooks_see_batches_and_calls_and_may_veto():
     events = []
     hooks = ToolHooks(
-        before_batch=lambda calls, env: events.append(("before_batch", [c["id"] for c in calls], env.actor)),
+        before_batch=lambda calls, env: events.append(
+            ("before_batch", [c["id"] for c in calls], env.actor)
+        ),
         after_batch=lambda calls, results, env: events.append(
             ("after_batch", [c["id"] for c in calls], [r.status for r in results])
         ),
@@ -92,7 +98,9 @@ def test_hooks_see_batches_and_calls_and_may_veto():
     out = build_graph(make_config(model, hooks=hooks, tool_execution="sequential")).invoke(
         {"messages": [human("go")]}, thread("h"), context=owner()
     )
-    vetoed = next(m for m in out["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "c2")
+    vetoed = next(
+        m for m in out["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "c2"
+    )
     assert vetoed.status == "error" and vetoed.content == "vetoed: needs approval"
     assert events == [
         ("before_batch", ["c1", "c2"], "owner"),

@@ -54,12 +54,20 @@ def test_a_vision_capable_model_keeps_the_image():
 
 def test_images_fold_into_descriptions_described_once_per_session():
     describer = Describer()
-    content = [{"type": "text", "text": "这两张一样吗"}, image(), {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG_B64}"}}]
+    content = [
+        {"type": "text", "text": "这两张一样吗"},
+        image(),
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG_B64}"}},
+    ]
     model, out = send(content, turns=2, vision=describer, model_accepts_images=False)
     assert describer.calls == 1, "two identical images over two turns are described once"
     sent = model.requests[1].messages[-1].content
     folded = f"[图片 {DIGEST[:12]}：描述：一只橘猫趴在键盘上]"
-    assert sent == [{"type": "text", "text": "这两张一样吗"}, {"type": "text", "text": folded}, {"type": "text", "text": folded}]
+    assert sent == [
+        {"type": "text", "text": "这两张一样吗"},
+        {"type": "text", "text": folded},
+        {"type": "text", "text": folded},
+    ]
     refs = out["messages"][-2].response_metadata["cyrene"]["images"]
     assert refs == [{"hash": DIGEST, "url": None, "size": len(PNG), "mime_type": "image/png"}] * 2
     assert out["image_descriptions"] == {DIGEST: "一只橘猫趴在键盘上"}
@@ -67,7 +75,11 @@ def test_images_fold_into_descriptions_described_once_per_session():
 
 def test_url_images_keep_their_url():
     describer = Describer()
-    _, out = send([{"type": "image", "url": "https://example.invalid/cat.png"}], vision=describer, model_accepts_images=False)
+    _, out = send(
+        [{"type": "image", "url": "https://example.invalid/cat.png"}],
+        vision=describer,
+        model_accepts_images=False,
+    )
     [ref] = out["messages"][0].response_metadata["cyrene"]["images"]
     assert ref["url"] == "https://example.invalid/cat.png" and ref["size"] is None
 
@@ -84,7 +96,9 @@ def test_bad_images_become_placeholders_and_the_turn_goes_on():
 
 def test_a_failing_describer_becomes_a_placeholder():
     model, out = send([image()], vision=Describer(fail=True), model_accepts_images=False)
-    assert model.requests[0].messages[-1].content == [{"type": "text", "text": f"[图片 {DIGEST[:12]}：识别失败（RuntimeError）]"}]
+    assert model.requests[0].messages[-1].content == [
+        {"type": "text", "text": f"[图片 {DIGEST[:12]}：识别失败（RuntimeError）]"}
+    ]
     assert out["messages"][-1].content == "看到了"
 
 
