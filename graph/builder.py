@@ -23,6 +23,7 @@ from langgraph.types import Command, Send
 from graph.config import LoopConfig
 from graph.env import SessionEnv
 from graph.state import LoopState, TurnInput
+from memory.background import TURNS
 from nodes.compact import make_compact
 from nodes.context import make_assemble_context
 from nodes.extraction import make_extract_memory
@@ -61,10 +62,22 @@ def route_after_model(sequential: bool):
     return route_after_model
 
 
-def route_after_tools(state: dict) -> list[Send] | str:
-    """Sequential mode: the next call of the batch, in order, or back to the model."""
-    pending = pending_tool_calls(state["messages"])
-    return _sends(pending[:1]) if pending else COMPACT
+def fixed_route(target: str):
+    """A router that always picks `target` (the stages that are on decide it at build time)."""
+
+    def route(state: dict) -> str:
+        return target
+
+    return route
+
+
+def route_after_tools(next_stage: str):
+    def route_after_tools(state: dict) -> list[Send] | str:
+        """Sequential mode: the next call of the batch, in order, or back to the model."""
+        pending = pending_tool_calls(state["messages"])
+        return _sends(pending[:1]) if pending else next_stage
+
+    return route_after_tools
 
 
 class NothingToResumeError(ValueError):
@@ -90,14 +103,20 @@ def _nothing_to_resume(config: RunnableConfig | None) -> NothingToResumeError:
 class CyreneGraph(CompiledStateGraph):
     """The compiled loop. It checks a run's input at the boundary, so an empty
     turn or a resume with nothing to resume fails with a plain `ValueError`
-    before any node runs; everything else is LangGraph's."""
+    before any node runs, and it tells background work when turns run;
+    everything else is LangGraph's."""
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator:
         check_turn_input(input)
         # Without a saver of its own (Studio injects one per run) LangGraph decides.
         if input is None and self.checkpointer and not self.get_state(config or {}).next:
             raise _nothing_to_resume(config)
-        return super().stream(input, config, **kwargs)
+        return self._as_turn(super().stream(input, config, **kwargs))
+
+    @staticmethod
+    def _as_turn(chunks: Iterator) -> Iterator:
+        with TURNS.turn():
+            yield from chunks
 
     async def astream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
@@ -105,8 +124,9 @@ class CyreneGraph(CompiledStateGraph):
         check_turn_input(input)
         if input is None and self.checkpointer and not (await self.aget_state(config or {})).next:
             raise _nothing_to_resume(config)
-        async for chunk in super().astream(input, config, **kwargs):
-            yield chunk
+        with TURNS.turn():
+            async for chunk in super().astream(input, config, **kwargs):
+                yield chunk
 
 
 def build_graph(
@@ -129,15 +149,21 @@ def build_graph(
     graph.add_node(DISPATCH, make_dispatch_tools(loop))
     graph.add_node(EXTRACT, make_extract_memory(loop))
     graph.add_node(FINISH, make_finish_turn(loop))
-    graph.add_edge(START, VISION)
-    graph.add_edge(VISION, COMPACT)
+    # Stages that are off are skipped rather than run as no-ops: every
+    # superstep costs a checkpoint write. All nodes stay in the drawn graph.
+    round_start = COMPACT if config.max_context_tokens > 0 else ASSEMBLE
+    turn_start = VISION if config.vision is not None else round_start
+    graph.add_conditional_edges(START, fixed_route(turn_start), [VISION, COMPACT, ASSEMBLE])
+    graph.add_conditional_edges(VISION, fixed_route(round_start), [COMPACT, ASSEMBLE])
     graph.add_edge(COMPACT, ASSEMBLE)
     graph.add_edge(ASSEMBLE, CALL)
     graph.add_conditional_edges(CALL, route_after_model(sequential), [DISPATCH, EXTRACT])
     if sequential:
-        graph.add_conditional_edges(DISPATCH, route_after_tools, [DISPATCH, COMPACT])
+        graph.add_conditional_edges(
+            DISPATCH, route_after_tools(round_start), [DISPATCH, COMPACT, ASSEMBLE]
+        )
     else:
-        graph.add_edge(DISPATCH, COMPACT)
+        graph.add_conditional_edges(DISPATCH, fixed_route(round_start), [COMPACT, ASSEMBLE])
     graph.add_edge(EXTRACT, FINISH)
     graph.add_edge(FINISH, END)
     compiled = graph.compile(checkpointer=checkpointer, store=store, name=name)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 log = logging.getLogger("cyrene.memory")
@@ -34,17 +35,53 @@ class JobStats:
 _LIVE: weakref.WeakSet[BackgroundJobs] = weakref.WeakSet()
 
 
+class TurnActivity:
+    """How many turns are in flight in this process (an embedded Chroma is per process)."""
+
+    def __init__(self) -> None:
+        self._active = 0
+        self._idle = threading.Condition()
+
+    @contextmanager
+    def turn(self) -> Iterator[None]:
+        """Mark a turn in flight for as long as the block runs."""
+        with self._idle:
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._active -= 1
+                self._idle.notify_all()
+
+    def wait_for_idle(self, timeout: float) -> bool:
+        """Block until no turn runs or `timeout` passes; True when idle."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._active == 0, timeout=timeout)
+
+
+TURNS = TurnActivity()
+
+
 def wait_for_extractions(timeout: float | None = None) -> bool:
     """Drain every graph's pending background extraction; True when all finished in time."""
     return all([jobs.wait(timeout) for jobs in list(_LIVE)])
 
 
 class BackgroundJobs:
-    """A single-worker queue of extraction jobs with per-job deadlines."""
+    """A single-worker queue of extraction jobs with per-job deadlines.
 
-    def __init__(self, timeout: float = DEFAULT_TIMEOUT) -> None:
+    Writers pace themselves with `wait_for_idle()`: an embedded Chroma write
+    holds the interpreter for its whole duration (~0.4 ms per item here), so
+    background writes go in small batches, each only while no turn is in
+    flight (`TURNS`, marked by the graph) or once `max_defer` seconds have
+    passed — a reply is never stalled by more than one small batch.
+    """
+
+    def __init__(self, timeout: float = DEFAULT_TIMEOUT, max_defer: float = 5.0) -> None:
         _LIVE.add(self)
         self.timeout = timeout
+        self.max_defer = max_defer
         self.stats = JobStats()
         self._lock = threading.Lock()
         self._pending: set[Future] = set()
@@ -97,6 +134,10 @@ class BackgroundJobs:
     def _done(self, future: Future) -> None:
         with self._lock:
             self._pending.discard(future)
+
+    def wait_for_idle(self) -> None:
+        """Block (a background writer) until no turn runs, or `max_defer` passes."""
+        TURNS.wait_for_idle(self.max_defer)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until pending jobs finish (or `timeout` passes); True when none is left."""

@@ -198,12 +198,10 @@ class MemoryStore:
             collection = self._collection(bucket, create=False)
             if collection is None:
                 continue
-            count = collection.count()
-            if not count:
-                continue
+            # Oversample so that decay can reorder; Chroma caps n_results at the count.
             found = collection.query(
                 query_embeddings=embedding,
-                n_results=min(count, k * 4),
+                n_results=k * 2,
                 include=["documents", "metadatas", "distances"],
             )
             candidates.extend(

@@ -24,6 +24,7 @@ from nodes.transcript import message_text, turn_start
 log = logging.getLogger("cyrene.compaction")
 
 SUMMARY_PREFIX = "对话摘要（更早的对话已压缩，按发言人标注）：\n"
+CHARS_PER_TOKEN = 4.0  # count_tokens_approximately's default
 TokenCounter = Callable[[Sequence[BaseMessage]], int]
 Describe = Callable[[BaseMessage], str]
 
@@ -100,11 +101,14 @@ class StructuralCompactor:
             else:
                 continue
             lines.append("- " + first[: self.line_chars])
-        while (
-            len(lines) > 1 and count_tokens_approximately([HumanMessage("\n".join(lines))]) > budget
-        ):
-            lines.pop(0)
-        return "\n".join(lines)
+        # Keep the newest lines that fit, measured as count_tokens_approximately does.
+        room, kept = budget * CHARS_PER_TOKEN, 0
+        for line in reversed(lines):
+            room -= len(line) + 1
+            if room < 0 and kept:
+                break
+            kept += 1
+        return "\n".join(lines[-kept:]) if kept else ""
 
 
 COMPACTION_PROMPT = (

@@ -21,6 +21,10 @@ from nodes.loop import Loop
 
 log = logging.getLogger("cyrene.memory")
 
+# Small enough that one embedded Chroma write (which holds the interpreter)
+# delays a turn that starts meanwhile by a few milliseconds at most.
+BACKGROUND_WRITE_BATCH = 8
+
 
 def make_extract_memory(loop: Loop):
     def extract_memory(state: dict, config: RunnableConfig, runtime: Runtime[SessionEnv]) -> dict:
@@ -44,8 +48,15 @@ def make_extract_memory(loop: Loop):
                 store.add_many(stamped)
             return len(stamped)
 
+        def persist_between_turns(items: list[MemoryItem]) -> int:
+            stamped = stamp(items, persona_id=persona_id, source=source)
+            for start in range(0, len(stamped), BACKGROUND_WRITE_BATCH):
+                loop.jobs.wait_for_idle()
+                store.add_many(stamped[start : start + BACKGROUND_WRITE_BATCH])
+            return len(stamped)
+
         if getattr(extractor, "background", False):
-            loop.jobs.submit(extract, persist)
+            loop.jobs.submit(extract, persist_between_turns)
             return {}
         try:
             persist(extract())

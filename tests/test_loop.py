@@ -286,15 +286,19 @@ async def test_sync_and_async_paths_produce_the_same_transcript():
     assert shape == [("human", "2+3"), ("ai", ""), ("tool", "5"), ("ai", "是5")]
     assert [(m.type, m.content) for m in async_out["messages"]] == shape
     assert [next(iter(u)) for u in updates] == [
-        "resolve_vision",
-        "compact",
-        "assemble_context",
-        "call_model",
-        "dispatch_tools",
-        "compact",
-        "assemble_context",
-        "call_model",
-        "extract_memory",
-        "finish_turn",
-    ]
+        "assemble_context", "call_model", "dispatch_tools",
+        "assemble_context", "call_model", "extract_memory", "finish_turn",
+    ]  # fmt: skip
     assert [r.texts for r in sync_model.requests] == [r.texts for r in async_model.requests[:2]]
+
+
+def test_stages_that_are_on_run_in_the_designed_order():
+    model = ScriptedChatModel(script=[tool_calls(call("add", "c1", a=1, b=1)), AIMessage("2")])
+    graph = build_graph(make_config(model, vision=lambda block: "图", max_context_tokens=10_000))
+    updates = [next(iter(u)) for u in graph.stream({"messages": [human("1+1")]}, thread("o"))]
+    assert updates == [
+        "resolve_vision", "compact", "assemble_context", "call_model", "dispatch_tools",
+        "compact", "assemble_context", "call_model", "extract_memory", "finish_turn",
+    ]  # fmt: skip
+    drawn = set(build_graph(make_config(model)).get_graph().nodes)
+    assert {"resolve_vision", "compact"} <= drawn, "stages that are off are still drawn"
