@@ -22,12 +22,16 @@ def test_the_first_lines_are_the_two_commands_and_ci_runs_the_second():
 
 def test_the_diagram_is_generated_from_the_graph():
     block = re.search(r"```mermaid\n(.*?)```", README, re.DOTALL).group(1)
-    graph = build_graph(LoopConfig(model=DemoChatModel(), vision=lambda b: "", max_context_tokens=8000))
+    graph = build_graph(
+        LoopConfig(model=DemoChatModel(), vision=lambda b: "", max_context_tokens=8000)
+    )
     assert block.strip() == graph.get_graph().draw_mermaid().strip()
 
 
 def test_every_config_field_is_documented():
-    table = {row.split("|")[1].strip().strip("`") for row in README.splitlines() if row.startswith("| `")}
+    table = {
+        row.split("|")[1].strip().strip("`") for row in README.splitlines() if row.startswith("| `")
+    }
     assert set(LoopConfig.model_fields) <= table
 
 
