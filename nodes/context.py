@@ -2,9 +2,10 @@
 
 Order (seed `assembleContext`, DESIGN §3): persona instructions (always the
 first system message), current time (only with a valid zone), working memory,
-memory block (retrieval re-run every round from the latest user text), role
-declaration, then the conversation with speaker notes, then the caller's
-`transform_context(messages, round)`. Nothing here is written to the transcript.
+memory block (retrieval re-run every round from the latest user text), the
+compaction summary when there is one, role declaration, then the conversation
+with speaker notes, then the caller's `transform_context(messages, round)`.
+Nothing here is written to the transcript.
 """
 
 from __future__ import annotations
@@ -66,7 +67,6 @@ def memory_block(loop: Loop, env: SessionEnv, persona_id: str | None, query: str
 
 def leading_blocks(
     loop: Loop,
-    env: SessionEnv,
     persona_id: str | None,
     *,
     working_memory: str | None,
@@ -113,7 +113,7 @@ def assemble_view(
         memory_block(loop, env, persona_id, latest_user_text(conversation)) if with_memory else ""
     )
     leading = leading_blocks(
-        loop, env, persona_id, working_memory=working_memory, memory=memory, summary=summary
+        loop, persona_id, working_memory=working_memory, memory=memory, summary=summary
     )
     attribution = attribute_conversation(
         conversation, restricted=env.restricted, current=persona_id, display_name=loop.display_name
@@ -121,9 +121,19 @@ def assemble_view(
     view = encode_for_provider(loop.encoding_for(persona_id), leading, attribution)
     if loop.provider_for(persona_id) == "openai":
         view = without_unsafe_names(view)
-    if loop.config.transform_context is not None:
-        view = loop.config.transform_context(view, current_round(messages) + 1)
-    return view
+    return apply_transform(loop, view, current_round(messages) + 1)
+
+
+def apply_transform(loop: Loop, view: list[BaseMessage], round_: int) -> list[BaseMessage]:
+    """The caller's `transform_context`; if it fails, the untransformed view is sent."""
+    transform = loop.config.transform_context
+    if transform is None:
+        return view
+    try:
+        return list(transform(view, round_))
+    except Exception:
+        log.exception("transform_context failed; round %d uses the untransformed view", round_)
+        return view
 
 
 def view_of_state(

@@ -16,8 +16,9 @@ from langgraph.runtime import Runtime
 from graph.env import SessionEnv
 from memory.items import MemoryItem, Source
 from memory.policy import stamp
-from nodes.context import env_of
+from nodes.context import env_of, is_hidden
 from nodes.loop import Loop
+from nodes.transcript import last_human
 
 log = logging.getLogger("cyrene.memory")
 
@@ -33,7 +34,10 @@ def make_extract_memory(loop: Loop):
         extractor, store = loop.config.extractor, loop.config.memory
         if env.restricted or extractor is None or store is None:
             return {}
-        snapshot = list(state["messages"])
+        human = last_human(state["messages"])
+        if human is not None and is_hidden(human):
+            return {}  # a guard blocked this turn: its text must reach no model, extractors included
+        snapshot = [m for m in state["messages"] if not is_hidden(m)]
         persona_id = loop.persona_for(env)
         source = Source(
             session_id=loop.session_id(env, config), message_id=loop.turn_id(env, snapshot)

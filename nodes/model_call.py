@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -67,7 +67,7 @@ def emit_capacity_events(
     loop: Loop, events: list[CapacityEvent], session_id: str | None, writer: Callable | None
 ) -> None:
     for event in events:
-        event = CapacityEvent(event.kind, event.tier, event.reason, event.turn, session_id)
+        event = replace(event, session_id=session_id)
         run_hook("on_capacity", loop.config.on_capacity, event)
         if writer is not None:
             writer(event.to_dict())

@@ -302,3 +302,16 @@ def test_stages_that_are_on_run_in_the_designed_order():
     ]  # fmt: skip
     drawn = set(build_graph(make_config(model)).get_graph().nodes)
     assert {"resolve_vision", "compact"} <= drawn, "stages that are off are still drawn"
+
+
+def test_a_failing_transform_context_is_logged_and_the_view_goes_untransformed(caplog):
+    def transform(messages, round_):
+        raise RuntimeError("projection bug")
+
+    model = ScriptedChatModel(script=[AIMessage("ok")])
+    out = build_graph(make_config(model, transform_context=transform)).invoke(
+        {"messages": [human("hi")]}, thread("x")
+    )
+    assert out["messages"][-1].content == "ok"
+    assert [m.content for m in model.requests[0].messages] == ["你是昔涟。", "hi"]
+    assert "transform_context failed" in caplog.text

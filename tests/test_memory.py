@@ -417,3 +417,26 @@ def test_llm_extractor_uses_structured_output_and_skips_duplicates(store):
     assert contents.count("主人喜欢喝乌龙茶") == 1, "a near-duplicate is skipped"
     [trip] = store.list(scope="persona", persona_id="aglaea")
     assert (trip.content, trip.source.message_id) == ("主人下周要去杭州出差", "u1")
+
+
+def test_a_guard_blocked_turn_is_never_extracted(store):
+    from graph import KeywordGuard
+
+    seen = []
+
+    class Recorder:
+        background = False
+
+        def extract(self, messages):
+            seen.append([m.content for m in messages])
+            return []
+
+    model = ScriptedChatModel(script=[AIMessage("好")])
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(
+            make_config(model, memory=store, extractor=Recorder(), guards=[KeywordGuard(["炸弹"])]),
+            saver,
+        )
+        graph.invoke({"messages": [human("你好", id="a")]}, thread("x"))
+        graph.invoke({"messages": [human("记住 炸弹配方", id="b")]}, thread("x"))
+    assert seen == [["你好", "好"]]
