@@ -43,6 +43,7 @@ VISION, COMPACT, ASSEMBLE, CALL, DISPATCH, EXTRACT, FINISH = (
     "extract_memory",
     "finish_turn",
 )
+LOOP_NODES = (VISION, COMPACT, ASSEMBLE, CALL, DISPATCH, EXTRACT, FINISH)
 
 
 def _sends(calls: list[dict]) -> list[Send]:

@@ -20,6 +20,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from graph.env import SessionEnv
+from nodes.context import env_of
 from nodes.loop import Loop
 from nodes.tool_policy import (
     AuditEvent,
@@ -31,22 +32,17 @@ from nodes.tool_policy import (
 ToolOutcome = ToolMessage | Command
 
 
-def _env(request: ToolCallRequest) -> SessionEnv:
-    context = request.runtime.context
-    return context if isinstance(context, SessionEnv) else SessionEnv()
-
-
 def audit_denial(loop: Loop, request: ToolCallRequest, env: SessionEnv) -> None:
     """Report a restricted-session denial to `on_audit` and the custom stream."""
     call, runtime = request.tool_call, request.runtime
-    messages = (request.state or {}).get("messages", []) if isinstance(request.state, dict) else []
+    state = request.state if isinstance(request.state, dict) else {}
     event = AuditEvent(
         tool=call["name"],
         arguments=dict(call.get("args") or {}),
         actor=env.actor,
         persona_id=loop.persona_for(env),
         session_id=loop.session_id(env, runtime.config),
-        turn_id=loop.turn_id(env, messages),
+        turn_id=loop.turn_id(env, state.get("messages", [])),
         reason="tool not in restricted_tools",
         tool_call_id=call["id"],
     )
@@ -57,7 +53,7 @@ def audit_denial(loop: Loop, request: ToolCallRequest, env: SessionEnv) -> None:
 
 def refusal(loop: Loop, request: ToolCallRequest) -> ToolMessage | None:
     """The soft result replacing a call the loop will not run, or None to run it."""
-    env, call = _env(request), request.tool_call
+    env, call = env_of(request.runtime), request.tool_call
     if env.restricted and call["name"] not in loop.config.restricted_tools:
         audit_denial(loop, request, env)
         return denied_in_restricted(call)
@@ -73,7 +69,11 @@ def make_dispatch_tools(loop: Loop) -> ToolNode:
             return refused
         result = execute(request)
         run_hook(
-            "after_call", loop.config.hooks.after_call, request.tool_call, result, _env(request)
+            "after_call",
+            loop.config.hooks.after_call,
+            request.tool_call,
+            result,
+            env_of(request.runtime),
         )
         return result
 
@@ -90,7 +90,7 @@ def make_dispatch_tools(loop: Loop) -> ToolNode:
             loop.config.hooks.after_call,
             request.tool_call,
             result,
-            _env(request),
+            env_of(request.runtime),
         )
         return result
 
