@@ -236,6 +236,14 @@ def import_memories(store: Any, path: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    try:
+        return dispatch(args)
+    except ValueError as exc:  # bad input at the boundary: a message, not a traceback
+        print(f"cyrene: {exc}", file=sys.stderr)
+        return 2
+
+
+def dispatch(args: argparse.Namespace) -> int:
     if args.command == "memory":
         return memory_command(args)
     if args.command == "studio":

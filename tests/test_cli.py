@@ -115,3 +115,16 @@ def test_demo_runs_offline_and_persists(tmp_path):
     assert "not_allowed" in out.stdout
     assert "昔涟可见：我周末想去爬山" in out.stdout
     assert "群聊可见：我周末想去爬山" not in out.stdout
+
+
+def test_bad_input_is_a_message_not_a_traceback(tmp_path):
+    bad_model = cyrene("run", "hi", "--model", "nosuchprovider:x", data=tmp_path)
+    assert bad_model.returncode == 2
+    assert "cyrene: --model: cannot load chat model 'nosuchprovider:x'" in bad_model.stderr
+    assert "Traceback" not in bad_model.stderr
+    orphan = cyrene("memory", "add", "私密", "--scope", "persona", data=tmp_path)
+    assert (
+        orphan.returncode == 2
+        and "persona_id" in orphan.stderr
+        and "Traceback" not in orphan.stderr
+    )
