@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -129,6 +130,17 @@ def worker(db: Path, log: Path, mode: str, execution: str, *, hang: bool) -> sub
     )
 
 
+def saved_result(db: Path, needle: bytes, timeout: float) -> bool:
+    """Whether a pending write holding `needle` is in the checkpoint database yet."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(sqlite3.OperationalError), sqlite3.connect(db) as conn:
+            if any(needle in bytes(v) for (v,) in conn.execute("select value from writes")):
+                return True
+        time.sleep(0.05)
+    return False
+
+
 def kill_inside_slow_tool(tmp_path: Path, execution: str) -> tuple[Path, Path]:
     db, log = tmp_path / "crash.db", tmp_path / "tools.log"
     proc = worker(db, log, "start", execution, hang=True)
@@ -142,7 +154,9 @@ def kill_inside_slow_tool(tmp_path: Path, execution: str) -> tuple[Path, Path]:
     else:
         proc.kill()
         pytest.fail("the worker never reached the slow tool")
-    time.sleep(0.3)  # let the finished quick call's result reach the saver
+    assert saved_result(db, b"value of k", timeout=10), (
+        "the finished call's result reaches the saver"
+    )
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait(10) == -signal.SIGKILL
     return db, log

@@ -30,6 +30,7 @@ from graph import LoopConfig, Persona, build_graph, open_checkpointer, wait_for_
 from memory import MemoryItem, MemoryStore, Scope
 from tests.conftest import REPO
 from tests.scripted import ScriptedChatModel, call
+from tests.test_durability import saved_result
 
 ROWS: list[tuple[str, str, str, str, str]] = []
 
@@ -345,7 +346,7 @@ def bench_crash_trials(folder: Path, trials: int) -> None:
         )
         while not (log.exists() and "slow start" in log.read_text()):
             time.sleep(0.05)
-        time.sleep(0.3)
+        saved_result(db, b"value of k", timeout=10)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         subprocess.run(
