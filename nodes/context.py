@@ -25,7 +25,7 @@ from nodes.attribution import attribute_conversation
 from nodes.compaction import Summary, summary_message, uncovered_start
 from nodes.encoding import encode_for_provider, without_unsafe_names
 from nodes.loop import Loop
-from nodes.transcript import current_round, latest_user_text
+from nodes.transcript import annotations, current_round, latest_user_text
 
 log = logging.getLogger("cyrene.context")
 
@@ -47,7 +47,7 @@ def time_block(now: datetime, zone: ZoneInfo) -> str:
 
 def is_hidden(message: BaseMessage) -> bool:
     """Messages a guard blocked stay in the transcript but never reach the model."""
-    return bool((message.response_metadata.get("cyrene") or {}).get("hidden"))
+    return bool(annotations(message).get("hidden"))
 
 
 def memory_block(loop: Loop, env: SessionEnv, persona_id: str | None, query: str) -> str:

@@ -27,6 +27,7 @@ from nodes.loop import Loop
 from nodes.thinking import ThinkingGate
 from nodes.tool_policy import round_limit_result, run_hook, was_executed
 from nodes.transcript import (
+    annotated,
     current_round,
     last_batch,
     last_human,
@@ -96,20 +97,9 @@ def step_capacity(
 def blocked_request_update(loop: Loop, plan: RoundPlan, messages: list, block: Block) -> dict:
     """Hide the blocked message from every future model view and answer with a refusal."""
     log.warning("request blocked by guard %s: %s", block.guard, block.reason)
-    human = last_human(messages)
-    flagged = human.model_copy(
-        update={"response_metadata": {**human.response_metadata, "cyrene": _blocked(block)}}
-    )
-    refusal = AIMessage(
-        loop.config.refusal_text,
-        name=_label_for(plan),
-        response_metadata={"cyrene": _blocked(block)},
-    )
-    return {"messages": [flagged, refusal]}
-
-
-def _blocked(block: Block) -> dict[str, Any]:
-    return {"hidden": True, "blocked_by": block.guard, "reason": block.reason}
+    blocked = {"hidden": True, "blocked_by": block.guard, "reason": block.reason}
+    refusal = AIMessage(loop.config.refusal_text, name=_label_for(plan))
+    return {"messages": [annotated(last_human(messages), **blocked), annotated(refusal, **blocked)]}
 
 
 def _label_for(plan: RoundPlan) -> str | None:
@@ -157,11 +147,8 @@ def finish_round(loop: Loop, plan: RoundPlan, response: BaseMessage) -> dict:
         block := first_response_block(loop.config.guards, message_text(reply))
     ):
         log.warning("response blocked by guard %s: %s", block.guard, block.reason)
-        reply = AIMessage(
-            loop.config.refusal_text,
-            id=reply.id,
-            response_metadata={"cyrene": {"blocked_by": block.guard, "reason": block.reason}},
-        )
+        refusal = AIMessage(loop.config.refusal_text, id=reply.id)
+        reply = annotated(refusal, blocked_by=block.guard, reason=block.reason)
     if label := _label_for(plan):
         reply = reply.model_copy(update={"name": label})
     closing: list[ToolMessage] = []

@@ -12,6 +12,20 @@ from collections.abc import Sequence
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 INTERRUPTED_PREFIX = "interrupted"
+ANNOTATION_KEY = "cyrene"
+"""`response_metadata` key under which the loop annotates messages (mood, guard blocks, images)."""
+
+
+def annotations(message: BaseMessage) -> dict:
+    """The loop's annotations on a message ({} when none)."""
+    return message.response_metadata.get(ANNOTATION_KEY) or {}
+
+
+def annotated(message: BaseMessage, **fields: object) -> BaseMessage:
+    """A copy of the message with `fields` merged into its annotations."""
+    meta = message.response_metadata
+    merged = {**meta, ANNOTATION_KEY: {**annotations(message), **fields}}
+    return message.model_copy(update={"response_metadata": merged})
 
 
 def message_text(message: BaseMessage) -> str:
@@ -69,14 +83,9 @@ def turn_number(messages: Sequence[BaseMessage]) -> int:
 
 def pending_tool_calls(messages: Sequence[BaseMessage]) -> list[dict]:
     """Calls of the last AI message that have no tool result yet, in request order."""
-    for i in range(len(messages) - 1, -1, -1):
-        message = messages[i]
-        if isinstance(message, AIMessage):
-            answered = {m.tool_call_id for m in messages[i + 1 :] if isinstance(m, ToolMessage)}
-            return [c for c in message.tool_calls if c["id"] not in answered]
-        if isinstance(message, HumanMessage):
-            return []
-    return []
+    calls, results = last_batch(messages)
+    answered = {r.tool_call_id for r in results}
+    return [c for c in calls if c["id"] not in answered]
 
 
 def final_ai_message(messages: Sequence[BaseMessage]) -> AIMessage | None:

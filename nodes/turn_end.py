@@ -9,7 +9,7 @@ from graph.env import SessionEnv
 from nodes.context import env_of
 from nodes.loop import Loop
 from nodes.tool_policy import run_hook
-from nodes.transcript import final_ai_message, last_human, message_text
+from nodes.transcript import annotated, final_ai_message, last_human, message_text
 
 
 def make_finish_turn(loop: Loop):
@@ -29,17 +29,7 @@ def make_finish_turn(loop: Loop):
         )
         update: dict = {"mood": mood}
         if final is not None and mood is not None:
-            meta = final.response_metadata
-            update["messages"] = [
-                final.model_copy(
-                    update={
-                        "response_metadata": {
-                            **meta,
-                            "cyrene": {**meta.get("cyrene", {}), "mood": mood},
-                        }
-                    }
-                )
-            ]
+            update["messages"] = [annotated(final, mood=mood)]
         return update
 
     return finish_turn

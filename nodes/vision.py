@@ -24,7 +24,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 
 from nodes.loop import Loop
-from nodes.transcript import message_text, turn_start
+from nodes.transcript import annotated, message_text, turn_start
 
 log = logging.getLogger("cyrene.vision")
 
@@ -123,13 +123,7 @@ def fold_images(
             log.exception("image describer failed")
             content.append(placeholder(ref, f"识别失败（{exc.__class__.__name__}）"))
         refs.append(asdict(ref) if ref else {"hash": None})
-    meta = message.response_metadata
-    folded = message.model_copy(
-        update={
-            "content": content,
-            "response_metadata": {**meta, "cyrene": {**meta.get("cyrene", {}), "images": refs}},
-        }
-    )
+    folded = annotated(message.model_copy(update={"content": content}), images=refs)
     return folded, learned
 
 
