@@ -22,7 +22,7 @@ from graph.capacity import CapacityEvent
 from graph.env import SessionEnv
 from nodes.context import env_of, view_of_state
 from nodes.guards import Block, first_request_block, first_response_block
-from nodes.knobs import Knobs, provider_of, request_kwargs
+from nodes.knobs import Knobs, request_kwargs
 from nodes.loop import Loop
 from nodes.thinking import ThinkingGate
 from nodes.tool_policy import round_limit_result, run_hook, was_executed
@@ -75,17 +75,23 @@ def emit_capacity_events(
 
 
 def step_capacity(
-    loop: Loop, env: SessionEnv, messages: list[BaseMessage], awake: dict | None, round_: int
+    loop: Loop,
+    messages: list[BaseMessage],
+    awake: dict | None,
+    round_: int,
+    batch: tuple[list[dict], list[ToolMessage]],
 ) -> tuple[dict[str, int] | None, list[CapacityEvent]]:
-    """Wake tiers by trigger (first round) or by use (the batch that just ran)."""
+    """Wake tiers by trigger (first round) or by use (the batch that just ran).
+
+    Only calls that actually ran count as use: a restricted denial or a veto
+    is a soft result, so it can never wake a tier.
+    """
     policy = loop.config.capacity
     if policy is None:
         return awake, []
-    calls, results = last_batch(messages) if round_ > 1 else ([], [])
+    calls, results = batch
     executed = {r.tool_call_id for r in results if was_executed(r)}
     used = [c["name"] for c in calls if c["id"] in executed]
-    if env.restricted:
-        used = [n for n in used if n in loop.config.restricted_tools]
     return policy.step(
         awake,
         turn=turn_number(messages),
@@ -114,13 +120,13 @@ def plan_round(
     messages: list[BaseMessage] = state["messages"]
     plan = RoundPlan(env=env, persona_id=loop.persona_for(env), round=current_round(messages) + 1)
 
-    awake, events = step_capacity(loop, env, messages, state.get("capacity"), plan.round)
+    batch = last_batch(messages) if plan.round > 1 else ([], [])
+    awake, events = step_capacity(loop, messages, state.get("capacity"), plan.round, batch)
     if loop.config.capacity is not None:
         plan.update["capacity"] = awake
         emit_capacity_events(loop, events, loop.session_id(env, config), runtime.stream_writer)
     if plan.round > 1:
-        calls, results = last_batch(messages)
-        run_hook("after_batch", loop.config.hooks.after_batch, calls, results, env)
+        run_hook("after_batch", loop.config.hooks.after_batch, *batch, env)
 
     guards = loop.config.guards
     block = first_request_block(guards, latest_user_text(messages)) if plan.round == 1 else None
@@ -133,7 +139,7 @@ def plan_round(
     model = loop.model_for(plan.persona_id)
     tools = [loop.tools_by_name[n] for n in advertised_tools(loop, env, awake)]
     bound: Runnable = model.bind_tools(tools) if tools else model
-    if kwargs := request_kwargs(provider_of(model), plan.knobs):
+    if kwargs := request_kwargs(loop.provider_for(plan.persona_id), plan.knobs):
         bound = bound.bind(**kwargs)
     plan.model = bound
     plan.buffered = any(g.checks_responses for g in guards)
@@ -160,11 +166,21 @@ def finish_round(loop: Loop, plan: RoundPlan, response: BaseMessage) -> dict:
     return {**plan.update, "messages": [reply, *closing]}
 
 
-def _call_config(plan: RoundPlan, config: RunnableConfig) -> RunnableConfig:
-    # Replies a response guard must vet are not streamed: a streamed token can't be unsaid.
+def model_call(
+    plan: RoundPlan, config: RunnableConfig
+) -> tuple[Runnable, RunnableConfig, Callable[[BaseMessage], BaseMessage]]:
+    """What to invoke, with which config, and how to turn its result into the transcript's reply."""
     if plan.buffered:
-        return {**config, "tags": [*config.get("tags", []), TAG_NOSTREAM]}
-    return config
+        # Replies a response guard must vet are not streamed: a streamed token can't be unsaid.
+        return plan.model, {**config, "tags": [*config.get("tags", []), TAG_NOSTREAM]}, _same
+    if not plan.knobs.show_thinking:
+        gate = ThinkingGate(inner=plan.model)
+        return gate, config, gate.transcript_message
+    return plan.model, config, _same
+
+
+def _same(message: BaseMessage) -> BaseMessage:
+    return message
 
 
 def make_call_model(loop: Loop) -> tuple[Callable, Callable]:
@@ -175,11 +191,8 @@ def make_call_model(loop: Loop) -> tuple[Callable, Callable]:
         plan = plan_round(loop, state, config, runtime)
         if plan.model is None:
             return plan.update
-        if not plan.knobs.show_thinking and not plan.buffered:
-            gate = ThinkingGate(inner=plan.model)
-            response = gate.transcript_message(gate.invoke(plan.view, config))
-        else:
-            response = plan.model.invoke(plan.view, _call_config(plan, config))
+        runnable, call_config, to_reply = model_call(plan, config)
+        response = to_reply(runnable.invoke(plan.view, call_config))
         return finish_round(loop, plan, response)
 
     async def acall_model(
@@ -191,11 +204,8 @@ def make_call_model(loop: Loop) -> tuple[Callable, Callable]:
         plan = await run_in_executor(config, plan_round, loop, state, config, runtime)
         if plan.model is None:
             return plan.update
-        if not plan.knobs.show_thinking and not plan.buffered:
-            gate = ThinkingGate(inner=plan.model)
-            response = gate.transcript_message(await gate.ainvoke(plan.view, config))
-        else:
-            response = await plan.model.ainvoke(plan.view, _call_config(plan, config))
+        runnable, call_config, to_reply = model_call(plan, config)
+        response = to_reply(await runnable.ainvoke(plan.view, call_config))
         return await run_in_executor(config, finish_round, loop, plan, response)
 
     return call_model, acall_model
