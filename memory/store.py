@@ -106,12 +106,16 @@ class MemoryStore:
         self._collections[bucket] = collection
         return collection
 
-    def _buckets(self) -> list[str]:
-        names = []
-        for collection in self.client.list_collections():
-            meta = collection.metadata or {}
-            names.append(meta.get("bucket", collection.name))
-        return names
+    def _stored(self) -> builtins.list[Collection]:
+        """Every bucket collection that exists (for reads that compute no embeddings)."""
+        return builtins.list(self.client.list_collections())
+
+    def _find(self, item_id: str) -> tuple[Collection, dict[str, Any]] | None:
+        for collection in self._stored():
+            got = collection.get(ids=[item_id], include=["documents", "metadatas"])
+            if got["ids"]:
+                return collection, got
+        return None
 
     # -- writes ------------------------------------------------------------
     def add(self, item: MemoryItem) -> str:
@@ -139,23 +143,15 @@ class MemoryStore:
 
     def forget(self, item_id: str) -> bool:
         """Delete a memory by id; True when it existed."""
-        for bucket in self._buckets():
-            collection = self._collection(bucket, create=False)
-            if collection is not None and collection.get(ids=[item_id])["ids"]:
-                collection.delete(ids=[item_id])
-                return True
-        return False
+        found = self._find(item_id)
+        if found is not None:
+            found[0].delete(ids=[item_id])
+        return found is not None
 
     # -- reads -------------------------------------------------------------
     def get(self, item_id: str) -> MemoryItem | None:
-        for bucket in self._buckets():
-            collection = self._collection(bucket, create=False)
-            got = collection.get(ids=[item_id]) if collection is not None else {"ids": []}
-            if got["ids"]:
-                return MemoryItem.from_record(
-                    got["ids"][0], got["documents"][0], got["metadatas"][0]
-                )
-        return None
+        found = self._find(item_id)
+        return _records(found[1])[0] if found is not None else None
 
     def list(
         self, *, scope: Scope | str | None = None, persona_id: str | None = None
@@ -163,15 +159,8 @@ class MemoryStore:
         """Every stored memory, optionally of one scope / persona, oldest first."""
         scope = Scope(scope) if scope is not None else None
         items: builtins.list[MemoryItem] = []
-        for bucket in self._buckets():
-            collection = self._collection(bucket, create=False)
-            if collection is None:
-                continue
-            got = collection.get(include=["documents", "metadatas"])
-            items.extend(
-                MemoryItem.from_record(i, d, m)
-                for i, d, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True)
-            )
+        for collection in self._stored():
+            items.extend(_records(collection.get(include=["documents", "metadatas"])))
         items = [
             i
             for i in items
@@ -204,16 +193,16 @@ class MemoryStore:
                 n_results=k * 2,
                 include=["documents", "metadatas", "distances"],
             )
-            candidates.extend(
-                (MemoryItem.from_record(i, d, m), dist)
-                for i, d, m, dist in zip(
-                    found["ids"][0],
-                    found["documents"][0],
-                    found["metadatas"][0],
-                    found["distances"][0],
-                    strict=True,
-                )
-            )
+            first_query = {key: found[key][0] for key in ("ids", "documents", "metadatas")}
+            candidates.extend(zip(_records(first_query), found["distances"][0], strict=True))
         return rank(
             candidates, now=self.clock(), decay=self.decay, k=k, min_relevance=self.min_relevance
         )
+
+
+def _records(got: dict[str, Any]) -> builtins.list[MemoryItem]:
+    """MemoryItems from a Chroma `get` result (ids, documents, metadatas)."""
+    return [
+        MemoryItem.from_record(i, d, m)
+        for i, d, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True)
+    ]
