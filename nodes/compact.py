@@ -38,7 +38,8 @@ def make_compact(loop: Loop):
             return {}
         persona_id = loop.persona_for(env)
         start = uncovered_start(messages, summary)
-        sizes = [count([m]) for m in messages]
+        # Only messages after the summary can move; earlier ones are never re-counted.
+        sizes = [0] * start + [count([m]) for m in messages[start:]]
         cut = plan_cut(messages, start, budget // 2, sizes)
         if cut is None:
             return {}

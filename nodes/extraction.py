@@ -9,6 +9,7 @@ a snapshot, under a deadline; failures are logged, never raised into the turn.
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
@@ -46,21 +47,17 @@ def make_extract_memory(loop: Loop):
         def extract() -> list[MemoryItem]:
             return list(extractor.extract(snapshot))
 
-        def persist(items: list[MemoryItem]) -> int:
+        def persist(items: list[MemoryItem], *, between_turns: bool = False) -> int:
             stamped = stamp(items, persona_id=persona_id, source=source)
-            if stamped:
-                store.add_many(stamped)
-            return len(stamped)
-
-        def persist_between_turns(items: list[MemoryItem]) -> int:
-            stamped = stamp(items, persona_id=persona_id, source=source)
-            for start in range(0, len(stamped), BACKGROUND_WRITE_BATCH):
-                loop.jobs.wait_for_idle()
-                store.add_many(stamped[start : start + BACKGROUND_WRITE_BATCH])
+            size = BACKGROUND_WRITE_BATCH if between_turns else max(len(stamped), 1)
+            for start in range(0, len(stamped), size):
+                if between_turns:
+                    loop.jobs.wait_for_idle()
+                store.add_many(stamped[start : start + size])
             return len(stamped)
 
         if getattr(extractor, "background", False):
-            loop.jobs.submit(extract, persist_between_turns)
+            loop.jobs.submit(extract, partial(persist, between_turns=True))
             return {}
         try:
             persist(extract())
