@@ -110,9 +110,21 @@ class CyreneGraph(CompiledStateGraph):
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator:
         check_turn_input(input)
         # Without a saver of its own (Studio injects one per run) LangGraph decides.
-        if input is None and self.checkpointer and not self.get_state(config or {}).next:
+        if input is None and self.checkpointer and not self._resumable(config or {}):
             raise _nothing_to_resume(config)
         return self._as_turn(super().stream(input, config, **kwargs))
+
+    def _resumable(self, config: RunnableConfig) -> bool:
+        # A crash can land after a task's writes were saved but before the next
+        # checkpoint was: `next` is then empty, yet LangGraph resumes from the writes.
+        saved = self.checkpointer.get_tuple(config)
+        return saved is not None and bool(saved.pending_writes or self.get_state(config).next)
+
+    async def _aresumable(self, config: RunnableConfig) -> bool:
+        saved = await self.checkpointer.aget_tuple(config)
+        return saved is not None and bool(
+            saved.pending_writes or (await self.aget_state(config)).next
+        )
 
     @staticmethod
     def _as_turn(chunks: Iterator) -> Iterator:
@@ -123,7 +135,7 @@ class CyreneGraph(CompiledStateGraph):
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator:
         check_turn_input(input)
-        if input is None and self.checkpointer and not (await self.aget_state(config or {})).next:
+        if input is None and self.checkpointer and not await self._aresumable(config or {}):
             raise _nothing_to_resume(config)
         with TURNS.turn():
             async for chunk in super().astream(input, config, **kwargs):

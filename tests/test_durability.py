@@ -234,3 +234,42 @@ def test_checkpoint_bytes_per_turn_do_not_grow_with_the_session(tmp_path):
     per_turn = [b - a for a, b in pairwise(sizes)]
     early, late = sum(per_turn[:10]) / 10, sum(per_turn[-10:]) / 10
     assert late < early * 1.5, f"bytes per turn grew from {early:.0f} to {late:.0f}"
+
+
+def test_resume_when_the_crash_beat_the_next_checkpoint(tmp_path):
+    """A task's writes were saved but the checkpoint after them was not (checkpoints
+    are written in the background): `next` is empty, yet the turn must resume."""
+    from langchain_core.tools import tool
+
+    runs = []
+
+    @tool
+    def quick_lookup(key: str) -> str:
+        """Fast."""
+        runs.append(key)
+        return f"value of {key}"
+
+    db, cfg = tmp_path / "race.db", thread("race")
+    batch = tool_calls(call("quick_lookup", "c1", key="k"), call("quick_lookup", "c2", key="j"))
+    script = [batch, AIMessage("好了")]
+    config = make_config(
+        ScriptedChatModel(script=script), tools=[quick_lookup], tool_execution="sequential"
+    )
+    with open_checkpointer(f"sqlite:///{db}") as saver:
+        build_graph(config, saver).invoke({"messages": [human("查", id="u")]}, cfg)
+    with sqlite3.connect(db) as conn:
+        [(first_write,)] = conn.execute(
+            "select min(checkpoint_id) from writes where instr(value, cast('value of k' as blob)) > 0"
+        ).fetchall()
+        conn.execute("delete from checkpoints where checkpoint_id > ?", (first_write,))
+        conn.execute("delete from writes where checkpoint_id > ?", (first_write,))
+    runs.clear()
+    config = config.model_copy(update={"model": ScriptedChatModel(script=[AIMessage("好了")])})
+    with open_checkpointer(f"sqlite:///{db}") as saver:
+        graph = build_graph(config, saver)
+        assert graph.get_state(cfg).next == (), "the window this test recreates"
+        out = graph.invoke(None, cfg)
+    assert runs == ["j"], "the call whose result was saved is not run again"
+    assert [type(m).__name__ for m in out["messages"]] == [
+        "HumanMessage", "AIMessage", "ToolMessage", "ToolMessage", "AIMessage",
+    ]  # fmt: skip
