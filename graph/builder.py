@@ -5,6 +5,9 @@ START → resolve_vision → compact → assemble_context → call_model
                            └────── dispatch_tools ←─────────┘ (one Send per call)
                                                             │ otherwise
                                               extract_memory → finish_turn → END
+
+Stages with nothing to do (no vision describer, no token budget, no extractor,
+no turn-end hook) are routed around at build time.
 """
 
 from __future__ import annotations
@@ -13,12 +16,13 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph._internal._constants import CONFIG_KEY_DURABILITY
 from langgraph._internal._runnable import RunnableCallable
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
-from langgraph.types import Command, Send
+from langgraph.types import Command, Durability, Send
 
 from graph.config import LoopConfig
 from graph.env import SessionEnv
@@ -52,12 +56,12 @@ def _sends(calls: list[dict]) -> list[Send]:
     return [Send(DISPATCH, [call]) for call in calls]
 
 
-def route_after_model(sequential: bool):
+def route_after_model(sequential: bool, turn_end: str):
     def route_after_model(state: dict) -> list[Send] | str:
         """Run the requested tool calls, or end the turn."""
         pending = pending_tool_calls(state["messages"])
         if not pending:
-            return EXTRACT
+            return turn_end
         return _sends(pending[:1] if sequential else pending)
 
     return route_after_model
@@ -107,12 +111,28 @@ class CyreneGraph(CompiledStateGraph):
     before any node runs, and it tells background work when turns run;
     everything else is LangGraph's."""
 
+    def __init__(self, *, default_durability: Durability = "sync", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.default_durability = default_durability
+
+    def _run_kwargs(self, config: RunnableConfig | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Fill in our durability unless the run or a parent graph chose one, or nothing saves.
+
+        `checkpoint_during` is LangGraph's deprecated spelling and excludes `durability`."""
+        chosen = (
+            not isinstance(self.checkpointer, BaseCheckpointSaver)  # a parent or nobody saves
+            or kwargs.get("durability") is not None
+            or kwargs.get("checkpoint_during") is not None
+            or CONFIG_KEY_DURABILITY in ((config or {}).get("configurable") or {})
+        )
+        return kwargs if chosen else {**kwargs, "durability": self.default_durability}
+
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator:
         check_turn_input(input)
         # Without a saver of its own (Studio injects one per run) LangGraph decides.
         if input is None and self.checkpointer and not self._resumable(config or {}):
             raise _nothing_to_resume(config)
-        return self._as_turn(super().stream(input, config, **kwargs))
+        return self._as_turn(super().stream(input, config, **self._run_kwargs(config, kwargs)))
 
     def _resumable(self, config: RunnableConfig) -> bool:
         # A crash can land after a task's writes were saved but before the next
@@ -138,7 +158,7 @@ class CyreneGraph(CompiledStateGraph):
         if input is None and self.checkpointer and not await self._aresumable(config or {}):
             raise _nothing_to_resume(config)
         with TURNS.turn():
-            async for chunk in super().astream(input, config, **kwargs):
+            async for chunk in super().astream(input, config, **self._run_kwargs(config, kwargs)):
                 yield chunk
 
 
@@ -166,21 +186,28 @@ def build_graph(
     # superstep costs a checkpoint write. All nodes stay in the drawn graph.
     round_start = COMPACT if config.max_context_tokens > 0 else ASSEMBLE
     turn_start = VISION if config.vision is not None else round_start
+    after_extract = FINISH if config.on_turn_end is not None else END
+    extracting = config.extractor is not None and config.memory is not None
+    after_reply = EXTRACT if extracting else after_extract
     graph.add_conditional_edges(START, fixed_route(turn_start), [VISION, COMPACT, ASSEMBLE])
     graph.add_conditional_edges(VISION, fixed_route(round_start), [COMPACT, ASSEMBLE])
     graph.add_edge(COMPACT, ASSEMBLE)
     graph.add_edge(ASSEMBLE, CALL)
-    graph.add_conditional_edges(CALL, route_after_model(sequential), [DISPATCH, EXTRACT])
+    graph.add_conditional_edges(
+        CALL, route_after_model(sequential, after_reply), [DISPATCH, EXTRACT, FINISH, END]
+    )
     if sequential:
         graph.add_conditional_edges(
             DISPATCH, route_after_tools(round_start), [DISPATCH, COMPACT, ASSEMBLE]
         )
     else:
         graph.add_conditional_edges(DISPATCH, fixed_route(round_start), [COMPACT, ASSEMBLE])
-    graph.add_edge(EXTRACT, FINISH)
+    graph.add_conditional_edges(EXTRACT, fixed_route(after_extract), [FINISH, END])
     graph.add_edge(FINISH, END)
     compiled = graph.compile(checkpointer=checkpointer, store=store, name=name)
     # Tool calls of one batch run as parallel tasks of one superstep; this caps
     # them. `copy` is how LangGraph itself re-classes a compiled graph.
     attrs = {k: v for k, v in compiled.__dict__.items() if k != "__orig_class__"}
-    return CyreneGraph(**attrs).with_config(max_concurrency=config.tool_parallelism)
+    return CyreneGraph(**attrs, default_durability=config.durability).with_config(
+        max_concurrency=config.tool_parallelism
+    )

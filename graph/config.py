@@ -69,6 +69,11 @@ class LoopConfig(BaseModel):
     max_rounds: int = Field(default=8, gt=0)
     tool_execution: Literal["parallel", "sequential"] = "parallel"
     tool_parallelism: int = Field(default=4, gt=0)
+    durability: Literal["sync", "async", "exit"] = "sync"
+    """When each step's checkpoint is saved. `sync` (our default) saves it before
+    the next step starts, so after a crash no finished tool call runs again;
+    LangGraph's own default, `async`, saves it while the next step runs and a
+    crash can lose finished steps. Per run, `invoke(..., durability=...)` wins."""
     max_context_tokens: int = Field(default=0, ge=0)
     compactor: Any = None
     vision: Any = None

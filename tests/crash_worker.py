@@ -20,6 +20,16 @@ from graph import LoopConfig, Persona, build_graph, open_checkpointer
 from tests.scripted import ScriptedChatModel, call, tool_calls
 
 
+def slowed(put, delay: float):
+    """A saver's `put` that lags, as on a loaded disk or a remote database."""
+
+    def slow_put(*args, **kwargs):
+        time.sleep(delay)
+        return put(*args, **kwargs)
+
+    return slow_put
+
+
 def main() -> None:
     db, log_path, mode = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     execution = sys.argv[4] if len(sys.argv) > 4 else "parallel"
@@ -62,6 +72,8 @@ def main() -> None:
         tool_execution=execution,
     )
     with open_checkpointer(f"sqlite:///{db}") as saver:
+        if delay := float(os.environ.get("SLOW_SAVES", "0")):
+            saver.put = slowed(saver.put, delay)
         graph = build_graph(config, saver)
         cfg = {"configurable": {"thread_id": "crash"}}
         if mode == "start":

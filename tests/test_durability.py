@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -11,9 +12,11 @@ import sys
 import time
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
 
 from graph import build_graph, open_checkpointer
 from tests.conftest import REPO, human, make_config, owner, thread
@@ -119,8 +122,15 @@ def test_token_streaming_with_a_saver(tmp_path):
 # -- crash and resume ------------------------------------------------------------
 
 
-def worker(db: Path, log: Path, mode: str, execution: str, *, hang: bool) -> subprocess.Popen:
-    env = {**os.environ, "HANG": "1" if hang else "0", "PYTHONPATH": str(REPO)}
+def worker(
+    db: Path, log: Path, mode: str, execution: str, *, hang: bool, slow_saves: float = 0
+) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "HANG": "1" if hang else "0",
+        "SLOW_SAVES": str(slow_saves),
+        "PYTHONPATH": str(REPO),
+    }
     return subprocess.Popen(
         [sys.executable, "-m", "tests.crash_worker", str(db), str(log), mode, execution],
         cwd=REPO,
@@ -141,9 +151,11 @@ def saved_result(db: Path, needle: bytes, timeout: float) -> bool:
     return False
 
 
-def kill_inside_slow_tool(tmp_path: Path, execution: str) -> tuple[Path, Path]:
+def kill_inside_slow_tool(
+    tmp_path: Path, execution: str, slow_saves: float = 0
+) -> tuple[Path, Path]:
     db, log = tmp_path / "crash.db", tmp_path / "tools.log"
-    proc = worker(db, log, "start", execution, hang=True)
+    proc = worker(db, log, "start", execution, hang=True, slow_saves=slow_saves)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         lines = log.read_text().splitlines() if log.exists() else []
@@ -169,9 +181,10 @@ def transcript(db: Path) -> list:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("slow_saves", [0, 0.3], ids=["fast-saver", "lagging-saver"])
 @pytest.mark.parametrize("execution", ["parallel", "sequential"])
-def test_resume_after_sigkill_inside_a_tool_finishes_the_turn(tmp_path, execution):
-    db, log = kill_inside_slow_tool(tmp_path, execution)
+def test_resume_after_sigkill_inside_a_tool_finishes_the_turn(tmp_path, execution, slow_saves):
+    db, log = kill_inside_slow_tool(tmp_path, execution, slow_saves)
     resumed = worker(db, log, "resume", execution, hang=False)
     output = resumed.communicate(timeout=60)[0].decode()
     assert resumed.returncode == 0, output
@@ -273,3 +286,53 @@ def test_resume_when_the_crash_beat_the_next_checkpoint(tmp_path):
     assert [type(m).__name__ for m in out["messages"]] == [
         "HumanMessage", "AIMessage", "ToolMessage", "ToolMessage", "AIMessage",
     ]  # fmt: skip
+
+
+class LaggingSaver(InMemorySaver):
+    """Saves each checkpoint 0.2 s late, as a loaded disk or a remote database does."""
+
+    def put(self, *args, **kwargs):
+        time.sleep(0.2)
+        return super().put(*args, **kwargs)
+
+    async def aput(self, *args, **kwargs):
+        await asyncio.sleep(0.2)
+        return super().put(*args, **kwargs)
+
+
+def graph_that_checks_its_saver() -> tuple[Any, list[bool]]:
+    """A one-tool turn whose tool records whether the model's request for it was saved."""
+    from langchain_core.tools import tool
+
+    saver, seen = LaggingSaver(), []
+
+    @tool
+    def quick_lookup(key: str) -> str:
+        """Fast."""
+        saved = graph.get_state(thread("lag")).values.get("messages", [])
+        seen.append(any(c["id"] == "c1" for m in saved for c in getattr(m, "tool_calls", [])))
+        return f"value of {key}"
+
+    model = ScriptedChatModel(
+        script=[tool_calls(call("quick_lookup", "c1", key="k")), AIMessage("好")]
+    )
+    graph = build_graph(make_config(model, tools=[quick_lookup]), saver)
+    return graph, seen
+
+
+@pytest.mark.parametrize(
+    ("durability", "saved_first"), [(None, True), ("sync", True), ("async", False)]
+)
+def test_a_tool_starts_only_once_the_model_step_is_saved(durability, saved_first):
+    """The default durability is `sync`: a crash inside a tool can never lose the
+    model's request for it. LangGraph's `async` stays available per run."""
+    graph, seen = graph_that_checks_its_saver()
+    graph.invoke({"messages": [human("查", id="u")]}, thread("lag"), durability=durability)
+    assert seen == [saved_first]
+
+
+@pytest.mark.parametrize(("durability", "saved_first"), [(None, True), ("async", False)])
+async def test_async_runs_save_each_step_before_the_next_too(durability, saved_first):
+    graph, seen = graph_that_checks_its_saver()
+    await graph.ainvoke({"messages": [human("查", id="u")]}, thread("lag"), durability=durability)
+    assert seen == [saved_first]
