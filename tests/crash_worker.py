@@ -3,7 +3,9 @@
     python -m tests.crash_worker DB LOG start|resume|new [parallel|sequential]
 
 The second tool (`slow_report`) logs `slow start` and then hangs while
-HANG=1, so the parent can SIGKILL this process inside it.
+HANG=1, so the parent can SIGKILL this process inside it. SLOW_SAVES=0.3
+makes every checkpoint save lag; DURABILITY=async|sync|exit picks the run's
+durability (unset: the loop's default).
 """
 
 from __future__ import annotations
@@ -76,12 +78,12 @@ def main() -> None:
             saver.put = slowed(saver.put, delay)
         graph = build_graph(config, saver)
         cfg = {"configurable": {"thread_id": "crash"}}
-        if mode == "start":
-            graph.invoke({"messages": [HumanMessage("查一下", id="u1")]}, cfg)
-        elif mode == "resume":
-            graph.invoke(None, cfg)
-        else:
-            graph.invoke({"messages": [HumanMessage("算了，换个话题", id="u2")]}, cfg)
+        turn = {
+            "start": {"messages": [HumanMessage("查一下", id="u1")]},
+            "resume": None,
+            "new": {"messages": [HumanMessage("算了，换个话题", id="u2")]},
+        }[mode]
+        graph.invoke(turn, cfg, durability=os.environ.get("DURABILITY") or None)
         model = config.model
         log(
             "sent "

@@ -123,12 +123,20 @@ def test_token_streaming_with_a_saver(tmp_path):
 
 
 def worker(
-    db: Path, log: Path, mode: str, execution: str, *, hang: bool, slow_saves: float = 0
+    db: Path,
+    log: Path,
+    mode: str,
+    execution: str,
+    *,
+    hang: bool,
+    slow_saves: float = 0,
+    durability: str = "",
 ) -> subprocess.Popen:
     env = {
         **os.environ,
         "HANG": "1" if hang else "0",
         "SLOW_SAVES": str(slow_saves),
+        "DURABILITY": durability,
         "PYTHONPATH": str(REPO),
     }
     return subprocess.Popen(
@@ -151,11 +159,10 @@ def saved_result(db: Path, needle: bytes, timeout: float) -> bool:
     return False
 
 
-def kill_inside_slow_tool(
-    tmp_path: Path, execution: str, slow_saves: float = 0
-) -> tuple[Path, Path]:
-    db, log = tmp_path / "crash.db", tmp_path / "tools.log"
-    proc = worker(db, log, "start", execution, hang=True, slow_saves=slow_saves)
+def kill_inside_slow_tool(folder: Path, execution: str, **settings: Any) -> tuple[Path, Path]:
+    """Start a turn, SIGKILL it inside the second tool once the first tool's result is saved."""
+    db, log = folder / "crash.db", folder / "tools.log"
+    proc = worker(db, log, "start", execution, hang=True, **settings)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         lines = log.read_text().splitlines() if log.exists() else []
@@ -174,6 +181,20 @@ def kill_inside_slow_tool(
     return db, log
 
 
+def crash_and_resume(folder: Path, execution: str, **settings: Any) -> tuple[Path, list[str]]:
+    """Kill a turn inside its second tool, resume it in a new process; the tool log after."""
+    db, log = kill_inside_slow_tool(folder, execution, **settings)
+    resumed = worker(db, log, "resume", execution, hang=False, **settings)
+    output = resumed.communicate(timeout=60)[0].decode()
+    assert resumed.returncode == 0, output
+    return db, log.read_text().splitlines()
+
+
+def resumed_exactly(lines: list[str]) -> bool:
+    """The finished call ran once, the interrupted one twice, and the turn finished."""
+    return lines.count("quick k") == 1 and lines.count("slow start") == 2 and "finished" in lines
+
+
 def transcript(db: Path) -> list:
     with open_checkpointer(f"sqlite:///{db}") as saver:
         graph = build_graph(make_config(echo_model()), saver)
@@ -184,12 +205,7 @@ def transcript(db: Path) -> list:
 @pytest.mark.parametrize("slow_saves", [0, 0.3], ids=["fast-saver", "lagging-saver"])
 @pytest.mark.parametrize("execution", ["parallel", "sequential"])
 def test_resume_after_sigkill_inside_a_tool_finishes_the_turn(tmp_path, execution, slow_saves):
-    db, log = kill_inside_slow_tool(tmp_path, execution, slow_saves)
-    resumed = worker(db, log, "resume", execution, hang=False)
-    output = resumed.communicate(timeout=60)[0].decode()
-    assert resumed.returncode == 0, output
-
-    lines = log.read_text().splitlines()
+    db, lines = crash_and_resume(tmp_path, execution, slow_saves=slow_saves)
     assert lines.count("quick k") == 1, "the finished call is not run again"
     assert lines.count("slow start") == 2, "the call that was running is run again"
     messages = transcript(db)

@@ -11,10 +11,8 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import signal
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,9 +26,8 @@ from langchain_core.tools import tool
 
 from graph import LoopConfig, Persona, build_graph, open_checkpointer, wait_for_extractions
 from memory import MemoryItem, MemoryStore, Scope
-from tests.conftest import REPO
 from tests.scripted import ScriptedChatModel, call
-from tests.test_durability import saved_result
+from tests.test_durability import crash_and_resume, resumed_exactly
 
 ROWS: list[tuple[str, str, str, str, str]] = []
 
@@ -122,31 +119,33 @@ class BusyExtractor:
 
 
 def bench_background_extraction(repeat: int, folder: Path) -> None:
-    """The same graph: a turn that lands while the previous turn's extraction writes."""
+    """The same graph and turn, once with nothing in flight and once while the
+    previous turn's extraction writes to Chroma."""
     store = MemoryStore.open(folder / "bg")
     store.add(MemoryItem(content="预热", scope=Scope.USER))
-    base = dict(
-        model=ScriptedChatModel(script=[AIMessage("嗯")] * (repeat * 6)),
-        personas={"p": Persona()},
-        default_persona="p",
-        memory=store,
+    graph = build_graph(
+        LoopConfig(
+            model=ScriptedChatModel(script=[AIMessage("嗯")] * (repeat * 6)),
+            personas={"p": Persona()},
+            default_persona="p",
+            memory=store,
+            extractor=BusyExtractor(),
+        )
     )
-    idle = build_graph(LoopConfig(**base))
-    busy = build_graph(LoopConfig(**base, extractor=BusyExtractor()))
     ids = iter(range(10**9))
 
-    def turn(graph):
-        return lambda: graph.invoke(
+    def turn() -> None:
+        graph.invoke(
             {"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": f"b{next(ids)}"}}
         )
 
     idle_samples, busy_samples = [], []
     for _ in range(repeat):
-        idle_samples.append(elapsed_ms(turn(idle)))
-        turn(busy)()
-        time.sleep(0.31)  # the extractor's 'model call' ends; its Chroma writes begin
-        busy_samples.append(elapsed_ms(turn(busy)))
         wait_for_extractions(30)
+        idle_samples.append(elapsed_ms(turn))
+        time.sleep(0.31)  # that turn's extractor ends its 'model call'; its Chroma writes begin
+        busy_samples.append(elapsed_ms(turn))
+    wait_for_extractions(30)
     idle_ms, busy_ms = statistics.median(idle_samples), statistics.median(busy_samples)
     row(
         "turn while extraction writes (ms)",
@@ -333,36 +332,26 @@ def bench_compaction_view(repeat: int) -> None:
 
 
 def bench_crash_trials(folder: Path, trials: int) -> None:
-    ok = 0
+    """SIGKILL inside the second of two tools, then resume: the loop's default
+    durability against LangGraph's (`async`), over parallel and sequential
+    batches and a fast and a lagging (0.3 s per save) saver."""
+    passed = {"": 0, "async": 0}
     for trial in range(trials):
-        db, log = folder / f"crash{trial}.db", folder / f"crash{trial}.log"
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.crash_worker", str(db), str(log), "start"],
-            cwd=REPO,
-            env={**env, "HANG": "1"},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        while not (log.exists() and "slow start" in log.read_text()):
-            time.sleep(0.05)
-        saved_result(db, b"value of k", timeout=10)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        subprocess.run(
-            [sys.executable, "-m", "tests.crash_worker", str(db), str(log), "resume"],
-            cwd=REPO,
-            env={**env, "HANG": "0"},
-            check=True,
-            capture_output=True,
-        )
-        lines = log.read_text().splitlines()
-        ok += lines.count("quick k") == 1 and "finished" in lines
+        execution = ("parallel", "sequential")[trial % 2]
+        slow_saves = (0, 0.3)[trial // 2 % 2]
+        for durability in passed:
+            trial_folder = folder / f"crash-{trial}-{durability or 'default'}"
+            trial_folder.mkdir()
+            _, lines = crash_and_resume(
+                trial_folder, execution, slow_saves=slow_saves, durability=durability
+            )
+            passed[durability] += resumed_exactly(lines)
+    ours, peer = passed[""], passed["async"]
     row(
         "resume after SIGKILL inside a tool (trials passing)",
-        f"{ok}/{trials}",
-        f"{trials}/{trials}",
-        f"{ok}/{trials}",
+        f"{ours}/{trials}",
+        f"durability=async {peer}/{trials}",
+        f"{ours}/{trials}",
         "every trial",
     )
 
@@ -375,12 +364,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         bench_orchestration(repeat)
-        bench_background_extraction(5 if args.quick else 10, folder)
+        bench_background_extraction(8 if args.quick else 20, folder)
         bench_parallel_tools()
         bench_memory([1_000, 10_000] if args.quick else [1_000, 10_000, 100_000], folder, repeat)
         bench_checkpoint_growth(folder)
         bench_compaction_view(repeat)
-        bench_crash_trials(folder, 3 if args.quick else 10)
+        bench_crash_trials(folder, 4 if args.quick else 12)
     print(
         f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.\n"
     )
