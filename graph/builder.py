@@ -108,8 +108,9 @@ def _nothing_to_resume(config: RunnableConfig | None) -> NothingToResumeError:
 class CyreneGraph(CompiledStateGraph):
     """The compiled loop. It checks a run's input at the boundary, so an empty
     turn or a resume with nothing to resume fails with a plain `ValueError`
-    before any node runs, and it tells background work when turns run;
-    everything else is LangGraph's."""
+    before any node runs; it runs with `LoopConfig.durability` unless told
+    otherwise; and it tells background work when turns run. Everything else
+    is LangGraph's."""
 
     def __init__(self, *, default_durability: Durability = "sync", **kwargs: Any) -> None:
         super().__init__(**kwargs)
