@@ -342,7 +342,7 @@ def bench_crash_trials(folder: Path, trials: int) -> None:
         for durability in passed:
             trial_folder = folder / f"crash-{trial}-{durability or 'default'}"
             trial_folder.mkdir()
-            _, lines = crash_and_resume(
+            _, lines, _ = crash_and_resume(
                 trial_folder, execution, slow_saves=slow_saves, durability=durability
             )
             passed[durability] += resumed_exactly(lines)
