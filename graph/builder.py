@@ -116,12 +116,17 @@ class CyreneGraph(CompiledStateGraph):
         super().__init__(**kwargs)
         self.default_durability = default_durability
 
+    @property
+    def _saves_itself(self) -> bool:
+        """Whether this graph holds its own saver; otherwise a parent, Studio or nobody saves."""
+        return isinstance(self.checkpointer, BaseCheckpointSaver)
+
     def _run_kwargs(self, config: RunnableConfig | None, kwargs: dict[str, Any]) -> dict[str, Any]:
         """Fill in our durability unless the run or a parent graph chose one, or nothing saves.
 
         `checkpoint_during` is LangGraph's deprecated spelling and excludes `durability`."""
         chosen = (
-            not isinstance(self.checkpointer, BaseCheckpointSaver)  # a parent or nobody saves
+            not self._saves_itself
             or kwargs.get("durability") is not None
             or kwargs.get("checkpoint_during") is not None
             or CONFIG_KEY_DURABILITY in ((config or {}).get("configurable") or {})
@@ -131,7 +136,7 @@ class CyreneGraph(CompiledStateGraph):
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator:
         check_turn_input(input)
         # Without a saver of its own (Studio injects one per run) LangGraph decides.
-        if input is None and self.checkpointer and not self._resumable(config or {}):
+        if input is None and self._saves_itself and not self._resumable(config or {}):
             raise _nothing_to_resume(config)
         return self._as_turn(super().stream(input, config, **self._run_kwargs(config, kwargs)))
 
@@ -156,7 +161,7 @@ class CyreneGraph(CompiledStateGraph):
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator:
         check_turn_input(input)
-        if input is None and self.checkpointer and not await self._aresumable(config or {}):
+        if input is None and self._saves_itself and not await self._aresumable(config or {}):
             raise _nothing_to_resume(config)
         with TURNS.turn():
             async for chunk in super().astream(input, config, **self._run_kwargs(config, kwargs)):

@@ -199,7 +199,7 @@ class MemoryStore:
             return builtins.list(zip(_records(first_query), found["distances"][0], strict=True))
 
         # Chroma releases the GIL while it searches, so the buckets are queried
-        # side by side: at 100k items that halves a search (12 → 7 ms).
+        # side by side: at 100k items a search went from 12.7 to 8.4 ms (median).
         candidates = [hit for hits in self._bucket_pool.map(nearest, collections) for hit in hits]
         return rank(
             candidates, now=self.clock(), decay=self.decay, k=k, min_relevance=self.min_relevance
