@@ -16,23 +16,22 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph._internal._constants import CONFIG_KEY_DURABILITY
-from langgraph._internal._runnable import RunnableCallable
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from langgraph.types import Command, Durability, Send
 
-from graph.config import LoopConfig
-from graph.env import SessionEnv
-from graph.state import LoopState, TurnInput
 from memory.background import TURNS
 from nodes.compact import make_compact
+from nodes.compat import CONFIG_KEY_DURABILITY, RunnableCallable, reclass_compiled
+from nodes.config import LoopConfig
 from nodes.context import make_assemble_context
+from nodes.env import SessionEnv
 from nodes.extraction import make_extract_memory
 from nodes.loop import Loop
 from nodes.model_call import make_call_model
+from nodes.state import LoopState, TurnInput
 from nodes.tools import make_dispatch_tools
 from nodes.transcript import pending_tool_calls
 from nodes.turn_end import make_finish_turn
@@ -212,8 +211,7 @@ def build_graph(
     graph.add_edge(FINISH, END)
     compiled = graph.compile(checkpointer=checkpointer, store=store, name=name)
     # Tool calls of one batch run as parallel tasks of one superstep; this caps
-    # them. `copy` is how LangGraph itself re-classes a compiled graph.
-    attrs = {k: v for k, v in compiled.__dict__.items() if k != "__orig_class__"}
-    return CyreneGraph(**attrs, default_durability=config.durability).with_config(
+    # them; the subclass checks input and picks durability (see CyreneGraph).
+    return reclass_compiled(compiled, CyreneGraph, default_durability=config.durability).with_config(
         max_concurrency=config.tool_parallelism
     )

@@ -16,7 +16,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from memory.items import MemoryItem, Scope
-from nodes.transcript import last_human, message_text
+from memory.transcript import last_human, message_text
 
 _REMEMBER = re.compile(
     r"(?:请?记住|帮我记住|remember(?:\s+that)?)\s*[:：,，]?\s*(?P<what>.+)",

@@ -15,10 +15,10 @@ from functools import partial
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
-from graph.env import SessionEnv
 from nodes.attribution import describe_speaker
 from nodes.compaction import StructuralCompactor, plan_cut, token_counter, uncovered_start
 from nodes.context import env_of, view_of_state
+from nodes.env import SessionEnv
 from nodes.loop import Loop
 
 log = logging.getLogger("cyrene.compaction")

@@ -19,7 +19,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from nodes.transcript import message_text, turn_start
+from memory.transcript import message_text
+from nodes.transcript import turn_start
 
 log = logging.getLogger("cyrene.compaction")
 

@@ -19,11 +19,11 @@ from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
-from graph.env import SessionEnv
 from memory.block import format_memory_block
 from nodes.attribution import attribute_conversation
 from nodes.compaction import Summary, summary_message, uncovered_start
 from nodes.encoding import encode_for_provider, without_unsafe_names
+from nodes.env import SessionEnv
 from nodes.loop import Loop
 from nodes.transcript import annotations, current_round, latest_user_text
 

@@ -14,12 +14,12 @@ from functools import partial
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
-from graph.env import SessionEnv
 from memory.items import MemoryItem, Source
 from memory.policy import stamp
+from memory.transcript import last_human
 from nodes.context import env_of, is_hidden
+from nodes.env import SessionEnv
 from nodes.loop import Loop
-from nodes.transcript import last_human
 
 log = logging.getLogger("cyrene.memory")
 

@@ -15,6 +15,8 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 
+from nodes.compat import chat_model_provider
+
 Provider = Literal["openai", "anthropic", "ollama", "google", "other"]
 
 _PROVIDER_ALIASES: dict[str, Provider] = {
@@ -46,13 +48,7 @@ class Knobs:
 
 def provider_of(model: Any) -> Provider:
     """The provider family of a chat model, from LangChain's tracing params or its type."""
-    name = ""
-    if isinstance(model, BaseChatModel):
-        try:
-            name = str(model._get_ls_params().get("ls_provider") or "")
-        except Exception:  # a model whose params need a live client, say
-            name = ""
-        name = name or model._llm_type
+    name = chat_model_provider(model) if isinstance(model, BaseChatModel) else ""
     name = name.lower().replace("-chat", "").replace("chat-", "")
     return _PROVIDER_ALIASES.get(name, "other")
 

@@ -20,13 +20,13 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
 from memory.background import BackgroundJobs
+from memory.transcript import last_human
 from nodes.encoding import ENCODING_BY_PROVIDER, Encoding
 from nodes.knobs import Knobs, Provider, provider_of
-from nodes.transcript import last_human
 
 if TYPE_CHECKING:
-    from graph.config import LoopConfig, Persona
-    from graph.env import SessionEnv
+    from nodes.config import LoopConfig, Persona
+    from nodes.env import SessionEnv
 
 log = logging.getLogger("cyrene.loop")
 

@@ -18,23 +18,16 @@ from langchain_core.runnables.config import run_in_executor
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.runtime import Runtime
 
-from graph.capacity import CapacityEvent
-from graph.env import SessionEnv
+from memory.transcript import last_human, message_text
+from nodes.capacity import CapacityEvent
 from nodes.context import env_of, view_of_state
+from nodes.env import SessionEnv
 from nodes.guards import Block, first_request_block, first_response_block
 from nodes.knobs import Knobs, request_kwargs
 from nodes.loop import Loop
 from nodes.thinking import ThinkingGate
 from nodes.tool_policy import round_limit_result, run_hook, was_executed
-from nodes.transcript import (
-    annotated,
-    current_round,
-    last_batch,
-    last_human,
-    latest_user_text,
-    message_text,
-    turn_number,
-)
+from nodes.transcript import annotated, current_round, last_batch, latest_user_text, turn_number
 
 log = logging.getLogger("cyrene.model")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from langchain_core.messages import ToolCall, ToolMessage
 
-from graph.env import SessionEnv
+from nodes.env import SessionEnv
 
 log = logging.getLogger("cyrene.tools")
 

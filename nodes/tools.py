@@ -19,8 +19,8 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from graph.env import SessionEnv
 from nodes.context import env_of
+from nodes.env import SessionEnv
 from nodes.loop import Loop
 from nodes.tool_policy import (
     AuditEvent,

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
+from memory.transcript import last_human, message_text
+
 INTERRUPTED_PREFIX = "interrupted"
 ANNOTATION_KEY = "cyrene"
 """`response_metadata` key under which the loop annotates messages (mood, guard blocks, images)."""
@@ -28,38 +30,12 @@ def annotated(message: BaseMessage, **fields: object) -> BaseMessage:
     return message.model_copy(update={"response_metadata": merged})
 
 
-def message_text(message: BaseMessage) -> str:
-    """The message's text parts joined by spaces (the seed's `messageText`).
-
-    Images, reasoning and other non-text blocks are ignored, so this is the
-    view used for retrieval queries, guards and hooks.
-    """
-    content = message.content
-    if isinstance(content, str):
-        return content
-    parts = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, dict) and block.get("type") == "text":
-            parts.append(str(block.get("text", "")))
-    return " ".join(p for p in parts if p)
-
-
 def turn_start(messages: Sequence[BaseMessage]) -> int:
     """Index of the last human message (the current turn's opening), or 0."""
     for i in range(len(messages) - 1, -1, -1):
         if isinstance(messages[i], HumanMessage):
             return i
     return 0
-
-
-def last_human(messages: Sequence[BaseMessage]) -> HumanMessage | None:
-    """The inbound message of the current turn, if any."""
-    for message in reversed(messages):
-        if isinstance(message, HumanMessage):
-            return message
-    return None
 
 
 def latest_user_text(messages: Sequence[BaseMessage]) -> str:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
-from graph.env import SessionEnv
+from memory.transcript import last_human, message_text
 from nodes.context import env_of
+from nodes.env import SessionEnv
 from nodes.loop import Loop
 from nodes.tool_policy import run_hook
-from nodes.transcript import annotated, final_ai_message, last_human, message_text
+from nodes.transcript import annotated, final_ai_message
 
 
 def make_finish_turn(loop: Loop):

@@ -23,8 +23,9 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 
+from memory.transcript import message_text
 from nodes.loop import Loop
-from nodes.transcript import annotated, message_text, turn_start
+from nodes.transcript import annotated, turn_start
 
 log = logging.getLogger("cyrene.vision")
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool, tool
 
-from graph.capacity import CapacityPolicy, Tier
-from graph.config import LoopConfig, Persona
 from graph.sinks import JsonlSink
 from memory import ManualExtractor, MemoryItem, MemoryStore, Scope
+from nodes.capacity import CapacityPolicy, Tier
+from nodes.config import LoopConfig, Persona
 from nodes.loop import resolve_model
 from studio.demo_model import DemoChatModel
 

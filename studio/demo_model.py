@@ -28,8 +28,8 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from memory.transcript import message_text
 from nodes.attribution import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER
-from nodes.transcript import message_text
 
 DEMO_LABEL = "演示模型"
 _DECLARED = re.compile(r"你正以「(?P<name>[^」]+)」")

@@ -17,7 +17,7 @@ def cyrene(*args: str, data: Path, stdin: str | None = None) -> subprocess.Compl
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("CYRENE_MODEL", None)
     return subprocess.run(
-        [sys.executable, "-m", "graph.cli", *args, "--data", str(data)],
+        [sys.executable, "-m", "studio.cli", *args, "--data", str(data)],
         cwd=REPO,
         env=env,
         input=stdin,

@@ -27,7 +27,7 @@ class DevServer:
             [
                 sys.executable,
                 "-m",
-                "graph.cli",
+                "studio.cli",
                 "studio",
                 "--port",
                 str(self.port),

@@ -298,9 +298,9 @@ def bench_checkpoint_growth(folder: Path) -> None:
 
 def bench_compaction_view(repeat: int) -> None:
     """A 10,000-message session: the first fold, then assembling the view every round after."""
-    from graph.env import SessionEnv
     from nodes.compact import make_compact
     from nodes.context import view_of_state
+    from nodes.env import SessionEnv
     from nodes.loop import Loop
 
     messages = []

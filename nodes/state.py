@@ -21,11 +21,11 @@ from functools import reduce
 from typing import Annotated, Any, NotRequired, TypedDict
 
 from langchain_core.messages import AnyMessage, BaseMessage
-from langgraph.channels.delta import DeltaChannel
 from langgraph.channels.untracked_value import UntrackedValue
 from langgraph.graph.message import Messages, add_messages
 
 from nodes.compaction import Summary
+from nodes.compat import DeltaChannel
 from nodes.transcript import close_interrupted_calls
 
 

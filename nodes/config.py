@@ -19,7 +19,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as as_tool
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from graph.capacity import CapacityPolicy
+from nodes.capacity import CapacityPolicy
 from nodes.guards import Guard
 from nodes.tool_policy import ToolHooks
 

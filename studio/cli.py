@@ -24,9 +24,9 @@ from langchain_core.messages import AIMessageChunk, BaseMessage, HumanMessage
 
 from graph.builder import NothingToResumeError, build_graph
 from graph.checkpoint import open_checkpointer
-from graph.env import SessionEnv
 from memory.background import wait_for_extractions
-from nodes.transcript import message_text
+from memory.transcript import message_text
+from nodes.env import SessionEnv
 
 DEMO_NOTICE = "（使用离线演示模型 demo model：设置 --model 或 CYRENE_MODEL 以接入真实模型）"
 
