@@ -22,8 +22,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessageChunk, BaseMessage, HumanMessage
 
-from graph.builder import NothingToResumeError, build_graph
+from graph.builder import build_graph
 from graph.checkpoint import open_checkpointer
+from graph.runs import NothingToResumeError
 from memory.background import wait_for_extractions
 from memory.transcript import message_text
 from nodes.env import SessionEnv

@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from graph.builder import CyreneGraph, build_graph
+from graph.builder import build_graph
 from graph.checkpoint import open_checkpointer
+from graph.runs import CyreneGraph
 from studio.demo import DATA_ENV, DEFAULT_DATA, demo_config, demo_model
 
 

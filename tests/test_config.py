@@ -6,7 +6,7 @@ import pytest
 from langchain_core.messages import AIMessage
 
 from graph import CapacityPolicy, LoopConfig, SessionEnv, Tier, build_graph, open_checkpointer
-from graph.builder import NothingToResumeError
+from graph.runs import NothingToResumeError
 from tests.conftest import PERSONAS, get_time, human, make_config, thread
 from tests.scripted import ScriptedChatModel
 
