@@ -16,7 +16,6 @@ from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from langgraph.types import Send
 
@@ -88,8 +87,35 @@ def build_graph(
     *,
     store: BaseStore | None = None,
     name: str = "cyrene",
-) -> CompiledStateGraph:
-    """Compile the loop for `config`; pass a saver from `open_checkpointer` for durable sessions."""
+) -> CyreneGraph:
+    """Compile the loop for `config` into a LangGraph graph.
+
+    Every stage of DESIGN §3 is a node; stages that `config` switches off are
+    routed around (each superstep costs a checkpoint) but stay in the drawing.
+
+    Args:
+        config: the loop's settings; already validated when it was built.
+        checkpointer: a saver from `open_checkpointer` (or any LangGraph saver)
+            for sessions that survive the process; `None` keeps no history, as
+            LangGraph Studio wants (it brings its own).
+        store: a LangGraph `BaseStore`, passed through to `compile`.
+        name: the graph's name in traces and Studio.
+
+    Returns:
+        A `CyreneGraph`: a compiled graph whose `invoke`/`ainvoke`/`stream`/
+        `astream` admit each run at the boundary first.
+
+    Raises:
+        ValueError: a chat model named by a `"provider:model"` string cannot
+            be loaded (missing package or key), naming the field.
+
+    Example:
+        >>> with open_checkpointer("sqlite:///.cyrene/checkpoints.db") as saver:
+        ...     graph = build_graph(LoopConfig(model=model), checkpointer=saver)
+        ...     graph.invoke({"messages": [HumanMessage("早安")]},
+        ...                  {"configurable": {"thread_id": "s1"}},
+        ...                  context=SessionEnv(actor="owner"))
+    """
     loop = Loop.from_config(config)
     sequential = config.tool_execution == "sequential"
     graph: StateGraph[Any, SessionEnv, Any, Any] = StateGraph(
@@ -127,6 +153,6 @@ def build_graph(
     compiled = graph.compile(checkpointer=checkpointer, store=store, name=name)
     # Tool calls of one batch run as parallel tasks of one superstep; this caps
     # them; the subclass checks input and picks durability (see CyreneGraph).
-    return reclass_compiled(compiled, CyreneGraph, default_durability=config.durability).with_config(
-        max_concurrency=config.tool_parallelism
-    )
+    return reclass_compiled(
+        compiled, CyreneGraph, default_durability=config.durability
+    ).with_config(max_concurrency=config.tool_parallelism)

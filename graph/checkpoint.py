@@ -36,7 +36,29 @@ def sqlite_path(url: str) -> Path:
 
 
 class open_checkpointer(AbstractContextManager, AbstractAsyncContextManager):
-    """A checkpointer for `url`, usable with `with` (sync saver) or `async with` (async saver)."""
+    """A checkpointer for `url`: a sync saver under `with`, an async one under `async with`.
+
+    Tables are created on entry and the connection is closed on exit, so a
+    fresh database works at once and nothing is left open.
+
+    Args:
+        url: `"memory"`, `"sqlite:///relative/path"` / `"sqlite:////abs/path"`
+            (the embedded default; the folder is created), or
+            `"postgresql://…"` (needs the `postgres` extra).
+
+    Returns:
+        On entry, a LangGraph `BaseCheckpointSaver` for `build_graph`.
+
+    Raises:
+        ValueError: the URL has another scheme, names no SQLite file, or
+            needs the `postgres` extra that is not installed.
+
+    Example:
+        >>> with open_checkpointer("sqlite:///.cyrene/checkpoints.db") as saver:
+        ...     graph = build_graph(config, checkpointer=saver)
+        >>> async with open_checkpointer("postgresql://postgres@127.0.0.1/test") as saver:
+        ...     graph = build_graph(config, checkpointer=saver)
+    """
 
     def __init__(self, url: str) -> None:
         url = url.strip()

@@ -14,6 +14,7 @@ per session; nodes call `CapacityPolicy.step` and report the events it returns.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -21,6 +22,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 REGEX_PREFIX = "re:"
+
+
+def repeated(names: Iterable[str]) -> list[str]:
+    """The names that occur more than once, sorted (for "must be unique" errors)."""
+    return sorted(name for name, count in Counter(names).items() if count > 1)
 
 
 class Tier(BaseModel):
@@ -77,7 +83,26 @@ class CapacityEvent:
 
 
 class CapacityPolicy(BaseModel):
-    """The tiers of a loop; the first one is awake from the start and never decays."""
+    """Which tools the model is offered, tier by tier (the seed's `capacity.Decider`).
+
+    The first tier is awake from the start and never decays; the others wake
+    on a trigger in the user's text or when the model uses one of their tools,
+    and fall asleep after `decay_turns` turns without use. Tools no tier lists
+    are always offered. The awake set lives in each session's state.
+
+    Args:
+        tiers: at least one `Tier`, names unique; every tool a tier lists must
+            be one of `LoopConfig.tools` (checked when the config is built).
+
+    Raises:
+        pydantic.ValidationError: no tiers, repeated tier names, or a `re:`
+            trigger that is not a regular expression (a `ValueError`).
+
+    Example:
+        >>> CapacityPolicy(tiers=[Tier(name="base", tools=["get_time"]),
+        ...                       Tier(name="notes", tools=["take_note"],
+        ...                            triggers=["笔记", "re:\\bnote\\b"], decay_turns=3)])
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -85,9 +110,7 @@ class CapacityPolicy(BaseModel):
 
     @model_validator(mode="after")
     def _unique_names(self) -> CapacityPolicy:
-        names = [t.name for t in self.tiers]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
+        if dupes := repeated(t.name for t in self.tiers):
             raise ValueError(f"capacity: tier names must be unique, repeated: {dupes}")
         return self
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypedDict
+from typing import Any, Protocol, TypedDict, runtime_checkable
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -38,7 +38,10 @@ class Summary(TypedDict):
     """Id of the last transcript message the summary covers."""
 
 
+@runtime_checkable
 class Compactor(Protocol):
+    """Folds older messages into a running summary (`StructuralCompactor`, `LLMCompactor`, yours)."""
+
     def compact(
         self, messages: Sequence[BaseMessage], previous: str | None, budget: int, describe: Describe
     ) -> str:

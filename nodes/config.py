@@ -19,9 +19,11 @@ from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as as_tool
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from nodes.capacity import CapacityPolicy
+from nodes.capacity import CapacityEvent, CapacityPolicy, repeated
+from nodes.compaction import Compactor
 from nodes.guards import Guard
-from nodes.tool_policy import ToolHooks
+from nodes.tool_policy import AuditEvent, ToolHooks
+from nodes.vision import ImageDescriber
 
 ModelLike = BaseChatModel | str
 DEFAULT_REFUSAL = "抱歉，这个话题我不能继续。"
@@ -57,51 +59,133 @@ class LoopConfig(BaseModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
 
-    model: ModelLike
-    personas: dict[str, Persona] = Field(default_factory=dict)
-    default_persona: str | None = None
-    tools: Sequence[BaseTool | Callable[..., Any]] = ()
-    restricted_tools: frozenset[str] = frozenset()
-    capacity: CapacityPolicy | None = None
-    memory: Any = None
-    extractor: Any = None
-    timezone: str | None = None
-    max_rounds: int = Field(default=8, gt=0)
-    tool_execution: Literal["parallel", "sequential"] = "parallel"
-    tool_parallelism: int = Field(default=4, gt=0)
-    durability: Literal["sync", "async", "exit"] = "sync"
-    """When each step's checkpoint is saved. `sync` (our default) saves it before
-    the next step starts, so after a crash no finished tool call runs again;
-    LangGraph's own default, `async`, saves it while the next step runs and a
-    crash can lose finished steps. Per run, `invoke(..., durability=...)` wins."""
-    max_context_tokens: int = Field(default=0, ge=0)
-    compactor: Any = None
-    vision: Any = None
-    model_accepts_images: bool | None = None
-    max_image_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
-    transform_context: Callable[[list[Any], int], list[Any]] | None = None
-    guards: Sequence[Guard] = ()
-    hooks: ToolHooks = Field(default_factory=ToolHooks)
-    on_audit: Callable[[Any], None] | None = None
-    on_capacity: Callable[[Any], None] | None = None
-    on_turn_end: Callable[[str, str, str | None], Any] | None = None
-    # Loop-wide thinking defaults for personas that leave theirs unset.
-    thinking_budget: int | None = Field(default=None, ge=0)
-    reasoning_effort: str | None = None
-    show_thinking: bool = True
-    refusal_text: str = DEFAULT_REFUSAL
-    attribution_encoding: Literal["auto", "inline", "leading"] = "auto"
-    extraction_timeout: float = Field(default=60.0, gt=0)
-    memory_k: int = Field(default=8, gt=0)
-    clock: Callable[[], datetime] = Field(default=lambda: datetime.now(UTC))
+    model: ModelLike = Field(
+        description='a `BaseChatModel` or a `"provider:model"` string (via `init_chat_model`) — seed `Agent`'
+    )
+    personas: dict[str, Persona] = Field(
+        default_factory=dict,
+        description="id → `Persona(name, instructions, thinking_budget, reasoning_effort, show_thinking, model)` — seed `Agents`, `PersonaName`, `PersonaKnobs`",
+    )
+    default_persona: str | None = Field(
+        default=None,
+        description="the persona for unknown ids and for every restricted session (required with personas) — seed `PersonaID`",
+    )
+    tools: Sequence[BaseTool | Callable[..., Any]] = Field(
+        default=(),
+        description="LangChain tools (plain functions are wrapped); names must be unique — seed `Tools`",
+    )
+    restricted_tools: frozenset[str] = Field(
+        default=frozenset(),
+        description="the only tools group/stranger sessions see or may run; others get `not_allowed` + an audit event",
+    )
+    capacity: CapacityPolicy | None = Field(
+        default=None,
+        description="`CapacityPolicy(tiers=[Tier(name, tools, triggers, decay_turns)])`: wake-style tool tiers — seed `Capacity`",
+    )
+    memory: Any = Field(
+        default=None,
+        description="a `MemoryStore` (or anything with `search` / `add_many`) — seed `Memory`, `Retriever`",
+    )
+    extractor: Any = Field(
+        default=None,
+        description="`.extract(messages) -> list[MemoryItem]`, `.background` — seed `Extractor`",
+    )
+    timezone: str | None = Field(
+        default=None,
+        description="IANA zone for the per-round time block; an invalid one warns and turns it off — seed `Timezone`",
+    )
+    max_rounds: int = Field(
+        default=8,
+        gt=0,
+        description="model calls per turn; the last round's calls get `round_limit` results — seed `MaxRounds`",
+    )
+    tool_execution: Literal["parallel", "sequential"] = Field(
+        default="parallel",
+        description='or `"sequential"` (one call at a time, in order) — seed `ToolExecution`',
+    )
+    tool_parallelism: int = Field(
+        default=4, gt=0, description="concurrent calls in a batch — seed `ToolParallelism`"
+    )
+    durability: Literal["sync", "async", "exit"] = Field(
+        default="sync",
+        description='when a step\'s checkpoint is saved: `"sync"` before the next step starts (no finished tool call re-runs after a crash), `"async"` (LangGraph\'s default) or `"exit"`; a run\'s `durability=` wins',
+    )
+    max_context_tokens: int = Field(
+        default=0, ge=0, description="compaction budget (0 = off) — seed `MaxContextTokens`"
+    )
+    compactor: Compactor | None = Field(
+        default=None,
+        description="structural (no model call) when unset; `LLMCompactor(model)` writes incremental summaries — seed `Compactor`",
+    )
+    vision: BaseChatModel | ImageDescriber | None = Field(
+        default=None,
+        description="a vision chat model or `describe(block) -> str`; `None` passes images through — seed `Vision`",
+    )
+    model_accepts_images: bool | None = Field(
+        default=None,
+        description="keep images for the main model; `None` reads the model's LangChain profile",
+    )
+    max_image_bytes: int = Field(
+        default=10 * 1024 * 1024,
+        gt=0,
+        description="larger images become a placeholder, never an exception",
+    )
+    transform_context: Callable[[list[Any], int], list[Any]] | None = Field(
+        default=None,
+        description="`(messages, round) -> messages`, last step of every view — seed `TransformContext`",
+    )
+    guards: Sequence[Guard] = Field(
+        default=(),
+        description="`Guard`s (`check_request` / `check_response`); a block ends the turn with `refusal_text` — seed `Guards`",
+    )
+    hooks: ToolHooks = Field(
+        default_factory=ToolHooks,
+        description="`before_batch`, `after_batch`, `before_call` (may veto), `after_call` — seed `Hooks`",
+    )
+    on_audit: Callable[[AuditEvent], None] | None = Field(
+        default=None,
+        description="receives `AuditEvent`s of restricted denials (`graph.sinks.JsonlSink` writes JSON lines) — seed `OnAudit`",
+    )
+    on_capacity: Callable[[CapacityEvent], None] | None = Field(
+        default=None,
+        description="receives `capacity_awaken` / `capacity_sleep` events — seed `OnCapacity`",
+    )
+    on_turn_end: Callable[[str, str, str | None], Any] | None = Field(
+        default=None,
+        description="`(user_text, assistant_text, persona_id) -> mood` — seed `OnTurnEnd`",
+    )
+    thinking_budget: int | None = Field(
+        default=None,
+        ge=0,
+        description="loop-wide default for personas that set none — seed `Thinking`",
+    )
+    reasoning_effort: str | None = Field(
+        default=None, description="loop-wide default — seed `ReasoningEffort`"
+    )
+    show_thinking: bool = Field(
+        default=True,
+        description="loop-wide default; `False` keeps thinking out of the stream, not the transcript — seed `ThinkingShowToUser`",
+    )
+    refusal_text: str = Field(default=DEFAULT_REFUSAL, description="what a blocked turn answers")
+    attribution_encoding: Literal["auto", "inline", "leading"] = Field(
+        default="auto",
+        description='`"inline"` (seed-exact system notes) or `"leading"` (one leading system message with a note index); auto picks per provider',
+    )
+    extraction_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        description="seconds a background extraction may take; late results are discarded",
+    )
+    memory_k: int = Field(default=8, gt=0, description="memories per block")
+    clock: Callable[[], datetime] = Field(
+        default=lambda: datetime.now(UTC), description="the time source (tests pass a fixed one)"
+    )
 
     @field_validator("tools", mode="before")
     @classmethod
     def _coerce_tools(cls, value: Any) -> tuple[BaseTool, ...]:
         tools = tuple(t if isinstance(t, BaseTool) else as_tool(t) for t in value or ())
-        names = [t.name for t in tools]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
+        if dupes := repeated(t.name for t in tools):
             raise ValueError(f"tools: duplicate tool names {dupes}")
         return tools
 

@@ -27,11 +27,22 @@ SOFT_ERROR_CODES = (NOT_ALLOWED, ROUND_LIMIT, VETOED)
 
 @dataclass(frozen=True)
 class ToolHooks:
-    """Optional per-batch and per-call hooks (the seed's `ToolLoopHooks`).
+    """Optional per-batch and per-call hooks around tool execution (the seed's `ToolLoopHooks`).
 
-    `before_call` may veto a call by returning a reason; the model then gets a
-    soft `vetoed` error result instead of the tool's output. A hook that raises
-    is logged and ignored: the turn goes on.
+    A hook that raises is logged and ignored: the turn goes on. Hooks may run
+    again for the same call after a crash and resume (at-least-once), so keep
+    them idempotent.
+
+    Args:
+        before_batch: `(calls, env)`, when a reply requests tool calls, before any runs.
+        after_batch: `(calls, results, env)`, once every call of the batch has a result.
+        before_call: `(call, env) -> reason | None`; a reason vetoes the call and
+            the model gets a soft `vetoed: <reason>` error result instead. It
+            cannot lift a restricted-session denial.
+        after_call: `(call, result, env)`, after each call that ran.
+
+    Example:
+        >>> ToolHooks(before_call=lambda call, env: "只读模式" if call["name"] == "take_note" else None)
     """
 
     before_batch: Callable[[list[ToolCall], SessionEnv], None] | None = None

@@ -61,6 +61,17 @@ def refusal(loop: Loop, request: ToolCallRequest) -> ToolMessage | None:
     return vetoed_result(call, str(reason)) if reason else None
 
 
+def report_call(loop: Loop, request: ToolCallRequest, result: ToolOutcome) -> None:
+    """`after_call` sees every call that ran, with its result."""
+    run_hook(
+        "after_call",
+        loop.config.hooks.after_call,
+        request.tool_call,
+        result,
+        env_of(request.runtime),
+    )
+
+
 def make_dispatch_tools(loop: Loop) -> ToolNode:
     """A `ToolNode` named `dispatch_tools` whose every call passes the loop's policy."""
 
@@ -68,13 +79,7 @@ def make_dispatch_tools(loop: Loop) -> ToolNode:
         if (refused := refusal(loop, request)) is not None:
             return refused
         result = execute(request)
-        run_hook(
-            "after_call",
-            loop.config.hooks.after_call,
-            request.tool_call,
-            result,
-            env_of(request.runtime),
-        )
+        report_call(loop, request, result)
         return result
 
     async def aguarded(
@@ -84,14 +89,7 @@ def make_dispatch_tools(loop: Loop) -> ToolNode:
         if (refused := await asyncio.to_thread(refusal, loop, request)) is not None:
             return refused
         result = await execute(request)
-        await asyncio.to_thread(
-            run_hook,
-            "after_call",
-            loop.config.hooks.after_call,
-            request.tool_call,
-            result,
-            env_of(request.runtime),
-        )
+        await asyncio.to_thread(report_call, loop, request, result)
         return result
 
     return ToolNode(

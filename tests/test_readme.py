@@ -47,3 +47,14 @@ def test_the_quickstart_runs(tmp_path, monkeypatch):
         group = graph.get_state({"configurable": {"thread_id": "g1"}}).values["messages"]
     assert [m.type for m in owner] == ["human", "ai"] and owner[-1].name == "xilian"
     assert [m.name for m in group] == ["小明", None]
+
+
+def test_the_configuration_table_says_what_each_field_describes():
+    rows = {
+        m.group(1): m.group(2)
+        for m in re.finditer(r"^\| `(\w+)` \| .*? \| (.*) \|$", README, re.MULTILINE)
+    }
+    for name, field in LoopConfig.model_fields.items():
+        assert rows.get(name) == field.description, (
+            f"README's row for `{name}` differs from LoopConfig.{name}'s Field(description=…)"
+        )

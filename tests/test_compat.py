@@ -1,0 +1,131 @@
+"""What `nodes/compat.py` relies on upstream still holds — and says what moved when not.
+
+Each test names the upstream change that would break the loop, so an upgrade
+that moves one of these fails here with a sentence, not deep inside a turn.
+"""
+
+from __future__ import annotations
+
+import inspect
+from importlib.metadata import version
+from typing import Annotated
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+from typing_extensions import TypedDict
+
+from nodes import compat
+from tests.scripted import ScriptedChatModel
+
+
+def test_langgraph_is_a_minor_the_tests_cover():
+    major_minor = tuple(int(p) for p in version("langgraph").split(".")[:2])
+    assert major_minor == (1, 2), (
+        f"langgraph {version('langgraph')} is outside the pinned 1.2.x: DeltaChannel is Beta and "
+        "nodes/compat.py uses private names; re-run this file, then widen the pin in pyproject.toml"
+    )
+
+
+def test_durability_config_key_is_what_pregel_reads():
+    from langgraph.pregel import main as pregel_main
+
+    assert compat.CONFIG_KEY_DURABILITY == "__pregel_durability", (
+        "langgraph renamed the config key a parent graph uses to pass durability down; "
+        "graph/runs.py would then override a parent's choice"
+    )
+    assert "CONFIG_KEY_DURABILITY" in inspect.getsource(pregel_main), (
+        "Pregel no longer reads CONFIG_KEY_DURABILITY from the config"
+    )
+
+
+def test_runnable_callable_takes_sync_and_async_twins():
+    def sync(state: dict) -> dict:
+        return {"messages": [AIMessage("sync")]}
+
+    async def async_(state: dict) -> dict:
+        return {"messages": [AIMessage("async")]}
+
+    node = compat.RunnableCallable(sync, async_, name="twin", trace=False)
+    assert node.invoke({})["messages"][0].content == "sync", (
+        "RunnableCallable(func, afunc) no longer runs `func` on invoke"
+    )
+
+
+async def test_runnable_callable_runs_the_async_twin_on_ainvoke():
+    def sync(state: dict) -> dict:
+        return {"messages": [AIMessage("sync")]}
+
+    async def async_(state: dict) -> dict:
+        return {"messages": [AIMessage("async")]}
+
+    node = compat.RunnableCallable(sync, async_, name="twin", trace=False)
+    assert (await node.ainvoke({}))["messages"][0].content == "async", (
+        "RunnableCallable(func, afunc) no longer runs `afunc` on ainvoke"
+    )
+
+
+class _State(TypedDict):
+    messages: Annotated[list, add_messages]
+
+
+def _compiled():
+    graph = StateGraph(_State)
+    graph.add_node("echo", lambda s: {"messages": [AIMessage("hi")]})
+    graph.add_edge(START, "echo")
+    return graph.compile(checkpointer=InMemorySaver())
+
+
+def test_a_compiled_graph_can_be_reclassed_from_its_attributes():
+    from langgraph.graph.state import CompiledStateGraph
+
+    class Marked(CompiledStateGraph):
+        def __init__(self, *, mark: str, **kwargs):
+            super().__init__(**kwargs)
+            self.mark = mark
+
+    try:
+        marked = compat.reclass_compiled(_compiled(), Marked, mark="m")
+    except TypeError as exc:
+        pytest.fail(f"CompiledStateGraph.__init__ no longer takes its own attributes: {exc}")
+    out = marked.invoke({"messages": [HumanMessage("x")]}, {"configurable": {"thread_id": "t"}})
+    assert marked.mark == "m" and out["messages"][-1].content == "hi"
+
+
+def _fold(current: list, writes: list) -> list:
+    for write in writes:
+        current = add_messages(current, write)
+    return current
+
+
+class _DeltaState(TypedDict):
+    messages: Annotated[list, compat.DeltaChannel(_fold)]
+
+
+def test_delta_channel_keeps_a_transcript_across_checkpoints():
+    from langgraph.graph import END
+
+    graph = StateGraph(_DeltaState)
+    graph.add_node("echo", lambda s: {"messages": [AIMessage(f"#{len(s['messages'])}")]})
+    graph.add_edge(START, "echo")
+    graph.add_edge("echo", END)
+    app = graph.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t"}}
+    for text in ("a", "b"):
+        app.invoke({"messages": [HumanMessage(text)]}, config)
+    texts = [m.content for m in app.get_state(config).values["messages"]]
+    assert texts == ["a", "#1", "b", "#3"], (
+        "DeltaChannel (Beta) no longer rebuilds the full list from its deltas"
+    )
+
+
+def test_chat_model_provider_reads_langchains_tracing_params():
+    assert compat.chat_model_provider(ScriptedChatModel(provider="anthropic")) == "anthropic"
+
+    from langchain_openai import ChatOpenAI
+
+    assert compat.chat_model_provider(ChatOpenAI(model="gpt-4o-mini", api_key="offline")) == (
+        "openai"
+    ), "BaseChatModel._get_ls_params no longer reports ls_provider"

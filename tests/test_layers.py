@@ -1,0 +1,78 @@
+"""The layers point one way and every module stands on its own (DESIGN §2).
+
+`memory` ← `nodes` ← `graph` ← `studio`: a module imports only from its own
+layer or below. import-linter states the contract (`pyproject.toml`); this
+test runs it, and imports every module alone in a fresh interpreter, which
+is how a user importing one module meets a circular import.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+PACKAGES = ("memory", "nodes", "graph", "studio")
+
+
+def all_modules() -> list[str]:
+    modules = []
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            modules.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return modules
+
+
+def test_every_package_is_covered():
+    assert {m.split(".")[0] for m in all_modules()} == set(PACKAGES)
+
+
+# Imports each of our modules in a forked child of one interpreter that has
+# loaded only third-party libraries: none of our modules is in the parent's
+# `sys.modules`, so each child meets our import graph exactly as a fresh
+# interpreter does, without paying ~1 s of LangChain imports per module.
+FORK_EACH = """
+import os, sys, traceback
+import chromadb, langchain, langchain_core.messages, langgraph.graph, pydantic
+assert not {m.split('.')[0] for m in sys.modules} & {'memory', 'nodes', 'graph', 'studio'}
+failed = []
+for module in sys.argv[1:]:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            __import__(module)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+        os._exit(0)
+    if os.waitpid(pid, 0)[1] != 0:
+        failed.append(module)
+print('FAILED:', ' '.join(failed))
+"""
+
+
+def test_every_module_imports_alone():
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_EACH, *all_modules()],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "FAILED:", (
+        f"these modules fail alone:\n{done.stdout}{done.stderr[-3000:]}"
+    )
+
+
+def test_the_layer_contract_holds():
+    binary = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
+    done = subprocess.run([binary], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"an import points upward:\n{done.stdout[-3000:]}"
+    assert "1 kept, 0 broken" in done.stdout
