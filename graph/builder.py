@@ -53,7 +53,7 @@ def _sends(calls: list[dict]) -> list[Send]:
 
 
 def route_after_model(sequential: bool, turn_end: str):
-    def route_after_model(state: dict) -> list[Send] | str:
+    def route_after_model(state: LoopState) -> list[Send] | str:
         """Run the requested tool calls, or end the turn."""
         pending = pending_tool_calls(state["messages"])
         if not pending:
@@ -66,14 +66,14 @@ def route_after_model(sequential: bool, turn_end: str):
 def fixed_route(target: str):
     """A router that always picks `target` (the stages that are on decide it at build time)."""
 
-    def route(state: dict) -> str:
+    def route(state: LoopState) -> str:
         return target
 
     return route
 
 
 def route_after_tools(next_stage: str):
-    def route_after_tools(state: dict) -> list[Send] | str:
+    def route_after_tools(state: LoopState) -> list[Send] | str:
         """Sequential mode: the next call of the batch, in order, or back to the model."""
         pending = pending_tool_calls(state["messages"])
         return _sends(pending[:1]) if pending else next_stage

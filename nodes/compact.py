@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
@@ -20,6 +21,7 @@ from nodes.compaction import StructuralCompactor, plan_cut, token_counter, uncov
 from nodes.context import env_of, view_of_state
 from nodes.env import SessionEnv
 from nodes.loop import Loop
+from nodes.state import LoopState
 
 log = logging.getLogger("cyrene.compaction")
 
@@ -28,7 +30,9 @@ def make_compact(loop: Loop):
     count = token_counter(loop.default_model)
     compactor = loop.config.compactor or StructuralCompactor()
 
-    def compact(state: dict, config: RunnableConfig, runtime: Runtime[SessionEnv]) -> dict:
+    def compact(
+        state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]
+    ) -> dict[str, Any]:
         """Fold older turns into a running summary when the view would exceed max_context_tokens."""
         budget = loop.config.max_context_tokens
         if budget <= 0:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from langchain_core.messages import BaseMessage, SystemMessage
@@ -25,6 +26,7 @@ from nodes.compaction import Summary, summary_message, uncovered_start
 from nodes.encoding import encode_for_provider, without_unsafe_names
 from nodes.env import SessionEnv
 from nodes.loop import Loop
+from nodes.state import LoopState
 from nodes.transcript import annotations, current_round, latest_user_text
 
 log = logging.getLogger("cyrene.context")
@@ -34,9 +36,17 @@ _WEEKDAYS = "一二三四五六日"
 
 
 def env_of(runtime: Runtime[SessionEnv] | None) -> SessionEnv:
-    """The run's SessionEnv; a run started without one is the owner's."""
+    """The run's SessionEnv; a run started without one is the owner's.
+
+    The boundary (`nodes.boundary.admit`) refuses any other context, so
+    anything else here is a bug and fails loudly instead of running as the owner.
+    """
     context = runtime.context if runtime is not None else None
-    return context if isinstance(context, SessionEnv) else SessionEnv()
+    if context is None:
+        return SessionEnv()
+    if not isinstance(context, SessionEnv):
+        raise TypeError(f"context must be a SessionEnv, got {type(context).__name__}")
+    return context
 
 
 def time_block(now: datetime, zone: ZoneInfo) -> str:
@@ -137,7 +147,7 @@ def apply_transform(loop: Loop, view: list[BaseMessage], round_: int) -> list[Ba
 
 
 def view_of_state(
-    loop: Loop, env: SessionEnv, state: dict, *, with_memory: bool = True
+    loop: Loop, env: SessionEnv, state: LoopState, *, with_memory: bool = True
 ) -> list[BaseMessage]:
     return assemble_view(
         loop,
@@ -152,7 +162,9 @@ def view_of_state(
 def make_assemble_context(loop: Loop):
     """The `assemble_context` node: publishes this round's model view."""
 
-    def assemble_context(state: dict, config: RunnableConfig, runtime: Runtime[SessionEnv]) -> dict:
+    def assemble_context(
+        state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]
+    ) -> dict[str, Any]:
         """Build the model's view for this round (instructions, time, memories, attribution)."""
         return {"model_view": view_of_state(loop, env_of(runtime), state)}
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
@@ -9,12 +11,15 @@ from memory.transcript import last_human, message_text
 from nodes.context import env_of
 from nodes.env import SessionEnv
 from nodes.loop import Loop
+from nodes.state import LoopState
 from nodes.tool_policy import run_hook
 from nodes.transcript import annotated, final_ai_message
 
 
 def make_finish_turn(loop: Loop):
-    def finish_turn(state: dict, config: RunnableConfig, runtime: Runtime[SessionEnv]) -> dict:
+    def finish_turn(
+        state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]
+    ) -> dict[str, Any]:
         """Call on_turn_end(user_text, assistant_text, persona) and record its mood."""
         hook = loop.config.on_turn_end
         if hook is None:
