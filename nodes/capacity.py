@@ -161,10 +161,10 @@ class CapacityPolicy(BaseModel):
                         events.append(CapacityEvent("capacity_awaken", tier.name, "trigger", turn))
                     state[tier.name] = turn
         for tool in used_tools:
-            tier = self.tier_of(tool)
-            if tier is None:
+            gate = self.tier_of(tool)
+            if gate is None:
                 continue
-            if tier.name not in state:
-                events.append(CapacityEvent("capacity_awaken", tier.name, "use", turn))
-            state[tier.name] = turn
+            if gate.name not in state:
+                events.append(CapacityEvent("capacity_awaken", gate.name, "use", turn))
+            state[gate.name] = turn
         return state, events

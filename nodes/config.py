@@ -70,7 +70,7 @@ class LoopConfig(BaseModel):
         default=None,
         description="the persona for unknown ids and for every restricted session (required with personas) — seed `PersonaID`",
     )
-    tools: Sequence[BaseTool | Callable[..., Any]] = Field(
+    tools: tuple[BaseTool, ...] = Field(
         default=(),
         description="LangChain tools (plain functions are wrapped); names must be unique — seed `Tools`",
     )
@@ -214,7 +214,7 @@ class LoopConfig(BaseModel):
 
     @property
     def tool_names(self) -> list[str]:
-        return [t.name for t in self.tools]  # type: ignore[union-attr]
+        return [t.name for t in self.tools]
 
     def zone(self) -> ZoneInfo | None:
         """The IANA zone for the time block; an invalid name warns and turns it off (seed)."""

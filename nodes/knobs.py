@@ -10,7 +10,7 @@ know gets no knobs at all — never an error.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
@@ -75,7 +75,10 @@ def has_reasoning(message: BaseMessage) -> bool:
     ) or any(k in message.additional_kwargs for k in REASONING_KWARGS)
 
 
-def without_reasoning(message: BaseMessage) -> BaseMessage:
+MessageT = TypeVar("MessageT", bound=BaseMessage)
+
+
+def without_reasoning(message: MessageT) -> MessageT:
     """A copy of the message with thinking removed (content blocks and provider kwargs)."""
     if not has_reasoning(message):
         return message

@@ -65,7 +65,7 @@ class Loop:
                 for pid, p in config.personas.items()
                 if p.model is not None
             },
-            tools_by_name={t.name: t for t in config.tools},  # type: ignore[union-attr]
+            tools_by_name={t.name: t for t in config.tools},
             jobs=BackgroundJobs(timeout=config.extraction_timeout),
         )
 

@@ -17,8 +17,7 @@ checkpointed and never part of the transcript.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import reduce
-from typing import Annotated, Any, NotRequired, TypedDict
+from typing import Annotated, Any, NotRequired, TypedDict, cast
 
 from langchain_core.messages import AnyMessage, BaseMessage
 from langgraph.channels.untracked_value import UntrackedValue
@@ -35,7 +34,10 @@ def merge_transcript(current: list[BaseMessage], writes: Sequence[Messages]) -> 
     Both steps depend only on the resulting list, so the reducer is
     batching-invariant as `DeltaChannel` requires.
     """
-    return close_interrupted_calls(reduce(add_messages, writes, current))
+    merged = current
+    for write in writes:
+        merged = cast(list[BaseMessage], add_messages(cast(Messages, merged), write))
+    return close_interrupted_calls(merged)
 
 
 class TurnInput(TypedDict, total=False):

@@ -10,7 +10,7 @@ The complete message, thinking included, is captured for the transcript.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -68,8 +68,9 @@ class ThinkingGate(BaseChatModel):
     ) -> Iterator[ChatGenerationChunk]:
         full: AIMessageChunk | None = None
         for chunk in self.inner.stream(messages, _inner_config(run_manager)):
-            full = chunk if full is None else full + chunk
-            yield ChatGenerationChunk(message=without_reasoning(chunk))
+            piece = cast(AIMessageChunk, chunk)  # a chat model streams chunks
+            full = piece if full is None else full + piece
+            yield ChatGenerationChunk(message=without_reasoning(piece))
         self._capture_stream(full)
 
     async def _astream(
@@ -81,8 +82,9 @@ class ThinkingGate(BaseChatModel):
     ) -> AsyncIterator[ChatGenerationChunk]:
         full: AIMessageChunk | None = None
         async for chunk in self.inner.astream(messages, _inner_config(run_manager)):
-            full = chunk if full is None else full + chunk
-            yield ChatGenerationChunk(message=without_reasoning(chunk))
+            piece = cast(AIMessageChunk, chunk)  # a chat model streams chunks
+            full = piece if full is None else full + piece
+            yield ChatGenerationChunk(message=without_reasoning(piece))
         self._capture_stream(full)
 
     def _capture_stream(self, full: AIMessageChunk | None) -> None:
