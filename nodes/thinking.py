@@ -12,7 +12,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, cast
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.callbacks import (
+    AsyncCallbackManager,
+    AsyncCallbackManagerForLLMRun,
+    CallbackManager,
+    CallbackManagerForLLMRun,
+)
+from langchain_core.callbacks.manager import BaseRunManager
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessageChunk, BaseMessage, message_chunk_to_message
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
@@ -23,8 +29,24 @@ from pydantic import Field
 from nodes.knobs import without_reasoning
 
 
-def _inner_config(run_manager: Any) -> RunnableConfig:
-    return {"callbacks": run_manager.get_child() if run_manager else None, "tags": [TAG_NOSTREAM]}
+def _inner_config(run_manager: BaseRunManager | None) -> RunnableConfig:
+    """The inner model runs as a child of the gate's run, untagged for streaming.
+
+    An LLM run manager has no `get_child` (only chains do), so the child
+    manager is built the way `ParentRunManager.get_child` builds one.
+    """
+    if run_manager is None:
+        return {"tags": [TAG_NOSTREAM]}
+    child_class = (
+        AsyncCallbackManager
+        if isinstance(run_manager, AsyncCallbackManagerForLLMRun)
+        else CallbackManager
+    )
+    child = child_class(handlers=[], parent_run_id=run_manager.run_id)
+    child.set_handlers(run_manager.inheritable_handlers)
+    child.add_tags(run_manager.inheritable_tags)
+    child.add_metadata(run_manager.inheritable_metadata)
+    return {"callbacks": child, "tags": [TAG_NOSTREAM]}
 
 
 class ThinkingGate(BaseChatModel):

@@ -324,3 +324,13 @@ def test_a_failing_transform_context_is_logged_and_the_view_goes_untransformed(c
     assert out["messages"][-1].content == "ok"
     assert [m.content for m in model.requests[0].messages] == ["你是昔涟。", "hi"]
     assert "transform_context failed" in caplog.text
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])
+async def test_hidden_thinking_works_without_streaming(asynchronous):
+    reply = AIMessage([THOUGHT, {"type": "text", "text": "你好呀"}])
+    personas = {"xilian": Persona(name="昔涟", instructions="你是昔涟。", show_thinking=False)}
+    graph = build_graph(make_config(ScriptedChatModel(script=[reply]), personas=personas))
+    turn = {"messages": [human("hi")]}
+    out = await graph.ainvoke(turn) if asynchronous else graph.invoke(turn)
+    assert out["messages"][-1].content == reply.content, "the transcript keeps the thinking"
