@@ -3,21 +3,29 @@
 from memory.background import wait_for_extractions
 from memory.block import format_memory_block
 from memory.embedding import HashingEmbedding
+from memory.errors import MemoryStoreError, MemoryWriteError, StoreInUseError, StoreLayoutError
 from memory.extractors import LLMExtractor, ManualExtractor
 from memory.items import MemoryItem, Scope, Source
+from memory.protocols import Extractor, MemoryBackend
 from memory.ranking import Decay, SearchResult
 from memory.store import MemoryStore
 
 __all__ = [
     "Decay",
+    "Extractor",
     "HashingEmbedding",
     "LLMExtractor",
     "ManualExtractor",
+    "MemoryBackend",
     "MemoryItem",
     "MemoryStore",
+    "MemoryStoreError",
+    "MemoryWriteError",
     "Scope",
     "SearchResult",
     "Source",
+    "StoreInUseError",
+    "StoreLayoutError",
     "format_memory_block",
     "wait_for_extractions",
 ]

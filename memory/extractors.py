@@ -1,8 +1,9 @@
 """Extractors: the finished conversation in, candidate memories out.
 
 An extractor has `extract(messages) -> list[MemoryItem]` and a `background`
-flag. The loop, not the extractor, decides persona and provenance (see
-`memory.policy.stamp`), so neither here has a way to author them.
+flag (`memory.protocols.Extractor`). The loop, not the extractor, decides
+persona and provenance (see `memory.policy.stamp`): persona-scope items leave
+`persona_id` unset, and neither extractor here has a way to author them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from memory.items import MemoryItem, Scope
+from memory.protocols import MemoryBackend
 from memory.transcript import last_human, message_text
 
 _REMEMBER = re.compile(
@@ -41,9 +43,8 @@ class ManualExtractor:
         what = match.group("what").strip().rstrip("。.!！")
         if not what:
             return []
-        # Persona scope needs an owner; the loop stamps the real one over this placeholder.
-        placeholder = "_" if self.scope is Scope.PERSONA else None
-        return [MemoryItem(content=what, kind=self.kind, scope=self.scope, persona_id=placeholder)]
+        # No persona here: the loop stamps the turn's persona (memory.policy.stamp).
+        return [MemoryItem(content=what, kind=self.kind, scope=self.scope)]
 
 
 class Candidate(BaseModel):
@@ -77,7 +78,7 @@ class LLMExtractor:
         self,
         model: BaseChatModel,
         *,
-        store: object | None = None,
+        store: MemoryBackend | None = None,
         duplicate_relevance: float = 0.92,
         background: bool = True,
         window: int = 12,
@@ -90,7 +91,7 @@ class LLMExtractor:
 
     def prompt(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         lines = [
-            f"{m.type}{'(' + m.name + ')' if getattr(m, 'name', None) else ''}: {message_text(m)}"
+            f"{m.type}({m.name}): {message_text(m)}" if m.name else f"{m.type}: {message_text(m)}"
             for m in messages[-self.window :]
             if m.type in ("human", "ai") and message_text(m)
         ]
@@ -107,13 +108,11 @@ class LLMExtractor:
         for candidate in candidates:
             if not candidate.content.strip() or self._is_duplicate(candidate.content):
                 continue
-            scope = Scope(candidate.scope)
             items.append(
                 MemoryItem(
                     content=candidate.content,
                     kind=candidate.kind or "fact",
-                    scope=scope,
-                    persona_id="_" if scope is Scope.PERSONA else None,
+                    scope=Scope(candidate.scope),
                 )
             )
         return items
@@ -121,5 +120,5 @@ class LLMExtractor:
     def _is_duplicate(self, content: str) -> bool:
         if self.store is None:
             return False
-        hits = self.store.search(content, k=1)  # type: ignore[attr-defined]
+        hits = self.store.search(content, k=1)
         return bool(hits) and hits[0].relevance >= self.duplicate_relevance

@@ -1,19 +1,49 @@
 """Memory items, scopes and provenance: validated at the boundary.
 
-A `MemoryItem` is rejected when it is built wrong (empty content, unknown
-scope, a persona-scope item without a persona), so nothing half-valid reaches
-the store. Its id is derived from what it says and where it lives, which makes
-re-adding the same memory an upsert rather than a duplicate.
+A `MemoryItem` is rejected when it is built wrong (empty content or kind,
+unknown scope), so nothing half-valid reaches the store. A persona-scope item
+may leave `persona_id` unset: extractors deliberately do not know the persona,
+and the loop stamps the turn's persona over it (`memory.policy.stamp`); the
+store refuses an item that is still unowned (`require_owner`).
+
+Its id is derived from what it says and where it lives, which makes re-adding
+the same memory an upsert rather than a duplicate.
+
+Lone surrogates (code points U+D800–U+DFFF, which no UTF-8 store can hold) in
+any text field are replaced with U+FFFD here, one character for one: this is
+the layer's one policy for them, so nothing past this point has to care.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
+UNOWNED_PERSONA_BUCKET = "persona"
+"""The bucket key of a persona item that has no persona yet: never a collection."""
+
+
+def replace_surrogates(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD (the memory layer's policy)."""
+    return _SURROGATE.sub(REPLACEMENT, text)
+
+
+def _clean_optional(value: str | None) -> str | None:
+    return replace_surrogates(value) if isinstance(value, str) else value
 
 
 class Scope(StrEnum):
@@ -35,6 +65,8 @@ class Source(BaseModel):
     session_id: str | None = None
     message_id: str | None = None
 
+    _clean = field_validator("session_id", "message_id")(_clean_optional)
+
 
 class MemoryItem(BaseModel):
     """One long-term memory."""
@@ -49,28 +81,21 @@ class MemoryItem(BaseModel):
     created_at: float = Field(default_factory=time.time)
     id: str | None = None
 
-    @field_validator("content")
+    @field_validator("content", "kind")
     @classmethod
-    def _content_not_empty(cls, value: str) -> str:
-        value = value.strip()
+    def _text_not_empty(cls, value: str, info: ValidationInfo) -> str:
+        value = replace_surrogates(value).strip()
         if not value:
-            raise ValueError("content: a memory needs non-empty content")
+            raise ValueError(f"{info.field_name}: must not be empty")
         return value
 
-    @field_validator("kind")
-    @classmethod
-    def _kind_not_empty(cls, value: str) -> str:
-        value = value.strip()
-        if not value:
-            raise ValueError("kind: must not be empty")
-        return value
+    _clean_persona = field_validator("persona_id")(_clean_optional)
 
     @model_validator(mode="after")
     def _persona_matches_scope(self) -> MemoryItem:
-        if self.scope is Scope.PERSONA and not self.persona_id:
-            raise ValueError("persona_id: a persona-scope memory needs the persona it belongs to")
-        if self.scope is not Scope.PERSONA and self.persona_id:
-            # Shared scopes belong to no persona; dropping the id keeps reads structural.
+        if self.scope is not Scope.PERSONA or not self.persona_id:
+            # Shared scopes belong to no persona (dropping the id keeps reads
+            # structural), and '' is no persona either.
             object.__setattr__(self, "persona_id", None)
         if self.id is None:
             object.__setattr__(self, "id", self.content_id())
@@ -78,12 +103,16 @@ class MemoryItem(BaseModel):
 
     @property
     def bucket(self) -> str:
-        """The Chroma collection holding this item."""
+        """The bucket holding this item: `persona_<id>`, `user` or `project`."""
         return bucket_name(self.scope, self.persona_id)
 
     def content_id(self) -> str:
-        """Stable id from bucket, kind and content: re-adding the same memory upserts it."""
-        key = f"{bucket_name(self.scope, self.persona_id)}\x00{self.kind}\x00{self.content}"
+        """Stable id from bucket, kind and content: re-adding the same memory upserts it.
+
+        An unstamped persona item gets an id of its own; the stamped copy gets
+        the id of the persona's bucket.
+        """
+        key = f"{self.bucket}\x00{self.kind}\x00{self.content}"
         return hashlib.sha256(key.encode()).hexdigest()[:32]
 
     def metadata(self) -> dict[str, Any]:
@@ -104,6 +133,7 @@ class MemoryItem(BaseModel):
 
     @classmethod
     def from_record(cls, item_id: str, document: str, meta: dict[str, Any]) -> MemoryItem:
+        """The item a Chroma record (id, document, metadata) holds."""
         return cls(
             id=item_id,
             content=document,
@@ -119,7 +149,25 @@ class MemoryItem(BaseModel):
 
 
 def bucket_name(scope: Scope, persona_id: str | None) -> str:
-    """`persona_<id>`, `user` or `project` (one Chroma collection per bucket)."""
+    """`persona_<id>`, `user` or `project` (one Chroma collection per bucket).
+
+    A persona scope without a persona is `persona`: a key for ids only, since
+    the store refuses to write such an item.
+    """
     if scope is Scope.PERSONA:
-        return f"persona_{persona_id}"
+        return f"persona_{persona_id}" if persona_id else UNOWNED_PERSONA_BUCKET
     return scope.value
+
+
+def require_owner(item: MemoryItem) -> None:
+    """Raise `ValueError` when a persona-scope item still has no persona.
+
+    Raises:
+        ValueError: the item is persona-scope and `persona_id` is unset.
+    """
+    if item.scope is Scope.PERSONA and not item.persona_id:
+        raise ValueError(
+            "persona_id: a persona-scope memory needs the persona it belongs to "
+            f"(item {item.id}: {item.content[:40]!r}); the loop stamps it for extractors, "
+            "other writers must set it"
+        )

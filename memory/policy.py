@@ -15,10 +15,13 @@ def stamp(
 ) -> list[MemoryItem]:
     """Re-issue extracted items under the turn's persona and provenance.
 
-    Whatever the extractor put in `persona_id` or `source` is overwritten: a
+    Extractors deliberately do not know the persona (seed `persistMemories`),
+    so a persona-scope item usually arrives without one. Whatever the
+    extractor put in `persona_id` or `source` is overwritten anyway: a
     persona-scope memory can only land in the persona that produced the turn,
-    and provenance is always the run's real session and inbound message. A
-    persona-scope item from a turn with no persona is dropped (it has no owner).
+    and provenance is always the run's real session and inbound message. The
+    copy gets its id from its real bucket. A persona-scope item from a turn
+    with no persona is dropped (it has no owner).
     """
     stamped: list[MemoryItem] = []
     for item in items:

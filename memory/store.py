@@ -3,21 +3,24 @@
 One collection per scope bucket — `persona_<id>`, `user`, `project` — instead
 of one collection filtered by `$or`: measured ~10× faster at 20k items, and
 isolation becomes structural, because a restricted read never opens a persona
-collection and persona P's read never opens persona Q's.
+collection and persona P's read never opens persona Q's. Bucket names map to
+collection names injectively (`memory.layout`), and search checks each hit's
+stored persona as a second guard.
 
-    store = MemoryStore.open("./.cyrene/memory")            # embedded, one process
-    store = MemoryStore.connect(host="127.0.0.1", port=8000) # a `chroma run` server
+    with MemoryStore.open("./.cyrene/memory") as store:      # embedded, one process
+        ...
+    store = MemoryStore.connect(host="127.0.0.1", port=8000)  # a `chroma run` server
 """
 
 from __future__ import annotations
 
 import builtins
-import hashlib
-import re
+import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import chromadb
@@ -27,20 +30,17 @@ from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
 from memory.embedding import HashingEmbedding
-from memory.items import MemoryItem, Scope, bucket_name
+from memory.errors import MemoryStoreError, MemoryWriteError
+from memory.items import MemoryItem, Scope, bucket_name, replace_surrogates, require_owner
+from memory.layout import bucket_metadata, check_owner, collection_name, migrate, ours
 from memory.ranking import Decay, SearchResult, rank
+from memory.records import item_key, may_read, records, upsert_each
+from memory.store_lock import DEFAULT_LOCK_TIMEOUT, StoreLock
 
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$")
+log = logging.getLogger("cyrene.memory")
+
 _SHARED_BUCKETS = (Scope.USER.value, Scope.PROJECT.value)
 _BATCH = 2_000
-
-
-def collection_name(bucket: str) -> str:
-    """A Chroma-legal collection name for a bucket (persona ids may be any text)."""
-    if _SAFE_NAME.match(bucket):
-        return bucket
-    digest = hashlib.sha256(bucket.encode()).hexdigest()[:24]
-    return f"persona_x{digest}"
 
 
 def _settings() -> Settings:
@@ -48,7 +48,11 @@ def _settings() -> Settings:
 
 
 class MemoryStore:
-    """Scoped memories with relevance × decay search."""
+    """Scoped memories with relevance × decay search.
+
+    Attributes:
+        failed_writes: how many items `add_many` could not store, over the store's life.
+    """
 
     def __init__(
         self,
@@ -58,22 +62,59 @@ class MemoryStore:
         decay: Decay | None = None,
         min_relevance: float = 0.05,
         clock: Callable[[], float] = time.time,
+        lock: StoreLock | None = None,
     ) -> None:
         self.client = client
-        self.embedding_function = embedding_function or HashingEmbedding()
+        self.embedding_function: Any = embedding_function or HashingEmbedding()
         self.decay = decay or Decay()
         self.min_relevance = min_relevance
         self.clock = clock
+        self.failed_writes = 0
+        self._lock = lock
+        self._closed = False
         self._collections: dict[str, Collection] = {}
         # A search reads at most three buckets: the persona's, user and project.
         self._bucket_pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="cyrene-memory")
+        migrate(client, self.embedding_function)
 
     @classmethod
-    def open(cls, path: str | Path, embedding_function: Any = None, **options: Any) -> MemoryStore:
-        """An embedded store under `path` (Chroma's embedded mode: one process at a time)."""
-        Path(path).mkdir(parents=True, exist_ok=True)
-        client = chromadb.PersistentClient(path=str(path), settings=_settings())
-        return cls(client, embedding_function=embedding_function, **options)
+    def open(
+        cls,
+        path: str | Path,
+        embedding_function: Any = None,
+        *,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        **options: Any,
+    ) -> MemoryStore:
+        """An embedded store under `path`, for this process alone until `close()`.
+
+        Chroma's embedded mode is not safe with several writer processes, so
+        the store holds an OS file lock on the folder; another process waits
+        for it up to `lock_timeout` seconds. Opening a path this process
+        already has open shares that lock (and Chroma's in-process state).
+
+        Args:
+            path: the store's folder (created if missing).
+            embedding_function: a Chroma embedding function (default: offline `HashingEmbedding`).
+            lock_timeout: seconds to wait for another process to let go.
+            **options: `decay`, `min_relevance`, `clock` (see the constructor).
+
+        Returns:
+            The open store; use it as a context manager, or call `close()`.
+
+        Raises:
+            StoreInUseError: another process still has the store open after `lock_timeout`.
+            OSError: the folder cannot be created or locked.
+        """
+        folder = Path(path).resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = StoreLock.acquire(folder, lock_timeout)
+        try:
+            client = chromadb.PersistentClient(path=str(folder), settings=_settings())
+            return cls(client, embedding_function=embedding_function, lock=lock, **options)
+        except BaseException:
+            lock.release()
+            raise
 
     @classmethod
     def connect(
@@ -83,12 +124,58 @@ class MemoryStore:
         embedding_function: Any = None,
         **options: Any,
     ) -> MemoryStore:
-        """A store on a Chroma server (`chroma run`), same API as `open`."""
+        """A store on a Chroma server (`chroma run`): the way to share memory between processes.
+
+        Args:
+            host: the server's host.
+            port: the server's port.
+            embedding_function: as for `open`; every client of one server must use the same.
+            **options: `decay`, `min_relevance`, `clock`.
+
+        Returns:
+            The connected store (same API as `open`).
+
+        Raises:
+            ValueError: the server cannot be reached (Chroma's own message).
+        """
         client = chromadb.HttpClient(host=host, port=port, settings=_settings())
         return cls(client, embedding_function=embedding_function, **options)
 
+    # -- lifecycle ---------------------------------------------------------
+    def close(self) -> None:
+        """Release the search threads, cached collections, the client and the folder lock.
+
+        Idempotent. Any later call on this store raises `MemoryStoreError`.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._bucket_pool.shutdown(wait=True)
+        self._collections.clear()
+        close = getattr(self.client, "close", None)  # Chroma clients gained close() in 1.x
+        if callable(close):
+            close()  # the last client of an embedded path stops Chroma's system for it
+        if self._lock is not None:
+            self._lock.release()
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _live(self) -> None:
+        if self._closed:
+            raise MemoryStoreError("this memory store is closed; open it again to use it")
+
     # -- collections -------------------------------------------------------
     def _collection(self, bucket: str, *, create: bool) -> Collection | None:
+        self._live()
         if bucket in self._collections:
             return self._collections[bucket]
         name = collection_name(bucket)
@@ -96,7 +183,7 @@ class MemoryStore:
             collection = self.client.get_or_create_collection(
                 name,
                 embedding_function=self.embedding_function,
-                metadata={"bucket": bucket},
+                metadata=bucket_metadata(bucket),
                 configuration={"hnsw": {"space": "cosine"}},
             )
         else:
@@ -106,14 +193,15 @@ class MemoryStore:
                 )
             except (NotFoundError, ValueError):
                 return None
-        self._collections[bucket] = collection
+        self._collections[bucket] = check_owner(collection, bucket)
         return collection
 
     def _stored(self) -> builtins.list[Collection]:
         """Every bucket collection that exists (for reads that compute no embeddings)."""
-        return builtins.list(self.client.list_collections())
+        self._live()
+        return [c for c in self.client.list_collections() if ours(c)]
 
-    def _find(self, item_id: str) -> tuple[Collection, dict[str, Any]] | None:
+    def _find(self, item_id: str) -> tuple[Collection, Mapping[str, Any]] | None:
         for collection in self._stored():
             got = collection.get(ids=[item_id], include=["documents", "metadatas"])
             if got["ids"]:
@@ -122,30 +210,71 @@ class MemoryStore:
 
     # -- writes ------------------------------------------------------------
     def add(self, item: MemoryItem) -> str:
-        """Store (or update) one memory; returns its id."""
+        """Store (or update) one memory.
+
+        Args:
+            item: the memory; a persona-scope item must name its persona.
+
+        Returns:
+            The item's id.
+
+        Raises:
+            ValueError: a persona-scope item without `persona_id`.
+            MemoryWriteError: Chroma refused the write.
+        """
         return self.add_many([item])[0]
 
     def add_many(self, items: Iterable[MemoryItem]) -> builtins.list[str]:
-        """Store memories in batches, one upsert per bucket; returns their ids in order."""
+        """Store memories, one upsert per bucket and batch; a repeat id is written once.
+
+        Everything is checked before anything is written. Repeats (same id)
+        collapse, the last copy winning. A batch Chroma refuses is retried
+        item by item, so one bad item never loses the others: the bad ones
+        are logged, counted in `failed_writes` and reported by the error.
+
+        Args:
+            items: the memories.
+
+        Returns:
+            The ids, one per given item, in order.
+
+        Raises:
+            TypeError: an element is not a `MemoryItem` (nothing is written).
+            ValueError: a persona-scope item without `persona_id` (nothing is written).
+            MemoryWriteError: some items could not be stored; every other one was.
+        """
         items = builtins.list(items)
-        by_bucket: dict[str, builtins.list[MemoryItem]] = {}
         for item in items:
             if not isinstance(item, MemoryItem):
                 raise TypeError(f"add_many: expected MemoryItem, got {type(item).__name__}")
+            require_owner(item)
+        unique = {item_key(item): item for item in items}  # the last copy of a repeat wins
+        by_bucket: dict[str, builtins.list[MemoryItem]] = {}
+        for item in unique.values():
             by_bucket.setdefault(item.bucket, []).append(item)
+        failed: builtins.list[tuple[MemoryItem, BaseException]] = []
         for bucket, group in by_bucket.items():
             collection = self._collection(bucket, create=True)
+            assert collection is not None  # create=True always yields one
             for start in range(0, len(group), _BATCH):
-                chunk = group[start : start + _BATCH]
-                collection.upsert(
-                    ids=[i.id for i in chunk],
-                    documents=[i.content for i in chunk],
-                    metadatas=[i.metadata() for i in chunk],
-                )
-        return [i.id for i in items]  # type: ignore[misc]
+                failed += upsert_each(collection, group[start : start + _BATCH])
+        if failed:
+            self.failed_writes += len(failed)
+            for item, exc in failed:
+                log.warning("memory %s could not be stored: %s", item.id, exc)
+            bad = {item_key(item) for item, _ in failed}
+            raise MemoryWriteError([i for i in unique if i not in bad], failed)
+        return [item_key(item) for item in items]
 
     def forget(self, item_id: str) -> bool:
-        """Delete a memory by id; True when it existed."""
+        """Delete a memory by id.
+
+        Args:
+            item_id: the memory's id.
+
+        Returns:
+            True when it existed.
+        """
         found = self._find(item_id)
         if found is not None:
             found[0].delete(ids=[item_id])
@@ -153,17 +282,36 @@ class MemoryStore:
 
     # -- reads -------------------------------------------------------------
     def get(self, item_id: str) -> MemoryItem | None:
+        """One memory by id.
+
+        Args:
+            item_id: the memory's id.
+
+        Returns:
+            The memory, or None when there is none with that id.
+        """
         found = self._find(item_id)
-        return _records(found[1])[0] if found is not None else None
+        return records(found[1])[0] if found is not None else None
 
     def list(
         self, *, scope: Scope | str | None = None, persona_id: str | None = None
     ) -> builtins.list[MemoryItem]:
-        """Every stored memory, optionally of one scope / persona, oldest first."""
+        """Every stored memory, optionally of one scope / persona, oldest first.
+
+        Args:
+            scope: only this scope.
+            persona_id: only this persona's memories.
+
+        Returns:
+            The memories, oldest first.
+
+        Raises:
+            ValueError: an unknown scope.
+        """
         scope = Scope(scope) if scope is not None else None
         items: builtins.list[MemoryItem] = []
         for collection in self._stored():
-            items.extend(_records(collection.get(include=["documents", "metadatas"])))
+            items.extend(records(collection.get(include=["documents", "metadatas"])))
         items = [
             i
             for i in items
@@ -175,40 +323,44 @@ class MemoryStore:
     def readable_buckets(self, persona_id: str | None, restricted: bool) -> builtins.list[str]:
         """DESIGN §4 read set: P's persona scope ∪ user ∪ project; restricted → user ∪ project."""
         if restricted or not persona_id:
-            return list(_SHARED_BUCKETS)
+            return builtins.list(_SHARED_BUCKETS)
         return [bucket_name(Scope.PERSONA, persona_id), *_SHARED_BUCKETS]
 
     def search(
         self, query: str, persona_id: str | None = None, restricted: bool = False, k: int = 8
     ) -> builtins.list[SearchResult]:
-        """The `k` most relevant readable memories, ranked by relevance × decay."""
+        """The `k` most relevant memories the reader may see, ranked by relevance × decay.
+
+        Args:
+            query: the text to match (usually the turn's message).
+            persona_id: the reading persona; its private memories are included.
+            restricted: a group/stranger read: shared scopes only, never persona memories.
+            k: how many results at most.
+
+        Returns:
+            Up to `k` results, best first; [] for an empty query or `k <= 0`.
+        """
         if not query.strip() or k <= 0:
             return []
-        embedding = self.embedding_function.embed_query([query])
-        buckets = self.readable_buckets(persona_id, restricted)
+        reader = replace_surrogates(persona_id) if persona_id else None
+        embedding = self.embedding_function.embed_query([replace_surrogates(query)])
+        buckets = self.readable_buckets(reader, restricted)
         collections = [c for b in buckets if (c := self._collection(b, create=False)) is not None]
 
         def nearest(collection: Collection) -> builtins.list[tuple[MemoryItem, float]]:
             # Oversample so that decay can reorder; Chroma caps n_results at the count.
-            found = collection.query(
+            found: Mapping[str, Any] = collection.query(
                 query_embeddings=embedding,
                 n_results=k * 2,
                 include=["documents", "metadatas", "distances"],
             )
             first_query = {key: found[key][0] for key in ("ids", "documents", "metadatas")}
-            return builtins.list(zip(_records(first_query), found["distances"][0], strict=True))
+            return builtins.list(zip(records(first_query), found["distances"][0], strict=True))
 
         # Chroma releases the GIL while it searches, so the buckets are queried
         # side by side: at 100k items a search went from 12.7 to 8.4 ms (median).
         candidates = [hit for hits in self._bucket_pool.map(nearest, collections) for hit in hits]
+        readable = [hit for hit in candidates if may_read(hit[0], reader, restricted)]
         return rank(
-            candidates, now=self.clock(), decay=self.decay, k=k, min_relevance=self.min_relevance
+            readable, now=self.clock(), decay=self.decay, k=k, min_relevance=self.min_relevance
         )
-
-
-def _records(got: dict[str, Any]) -> builtins.list[MemoryItem]:
-    """MemoryItems from a Chroma `get` result (ids, documents, metadatas)."""
-    return [
-        MemoryItem.from_record(i, d, m)
-        for i, d, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True)
-    ]

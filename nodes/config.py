@@ -19,6 +19,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as as_tool
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from memory.protocols import Extractor, MemoryBackend
 from nodes.capacity import CapacityEvent, CapacityPolicy, repeated
 from nodes.compaction import Compactor
 from nodes.guards import Guard
@@ -82,11 +83,11 @@ class LoopConfig(BaseModel):
         default=None,
         description="`CapacityPolicy(tiers=[Tier(name, tools, triggers, decay_turns)])`: wake-style tool tiers — seed `Capacity`",
     )
-    memory: Any = Field(
+    memory: MemoryBackend | None = Field(
         default=None,
         description="a `MemoryStore` (or anything with `search` / `add_many`) — seed `Memory`, `Retriever`",
     )
-    extractor: Any = Field(
+    extractor: Extractor | None = Field(
         default=None,
         description="`.extract(messages) -> list[MemoryItem]`, `.background` — seed `Extractor`",
     )
@@ -179,6 +180,42 @@ class LoopConfig(BaseModel):
     memory_k: int = Field(default=8, gt=0, description="memories per block")
     clock: Callable[[], datetime] = Field(
         default=lambda: datetime.now(UTC), description="the time source (tests pass a fixed one)"
+    )
+    model_retries: int = Field(
+        default=2,
+        ge=0,
+        description="retries of a model call after a transient error (429, 5xx, timeout, dropped connection), with exponential backoff; 0 = off",
+    )
+    retry_initial_interval: float = Field(
+        default=0.5, ge=0, description="seconds before the first retry"
+    )
+    retry_backoff: float = Field(
+        default=2.0, ge=1, description="each wait is this many times the one before"
+    )
+    retry_max_interval: float = Field(
+        default=30.0, ge=0, description="longest wait between two attempts, in seconds"
+    )
+    retry_jitter: bool = Field(
+        default=True,
+        description="add LangGraph's random 0–1 s to each wait, so sessions don't retry in lockstep",
+    )
+    fallback_models: Sequence[ModelLike] = Field(
+        default=(),
+        description='chat models or `"provider:model"` strings tried in order, once each, after the persona\'s model failed and its retries are spent',
+    )
+    model_timeout: float | None = Field(
+        default=None,
+        gt=0,
+        description="seconds a model call may take; a slower one is abandoned and counts as a transient error (`None` = no limit)",
+    )
+    busy_policy: Literal["merge", "enqueue", "reject"] = Field(
+        default="merge",
+        description='a message sent while its session runs a turn: `"merge"` waits, and one next turn answers every waiting message (each keeps its speaker); `"enqueue"` waits for a turn of its own, in arrival order; `"reject"` raises `SessionBusyError` at once',
+    )
+    busy_timeout: float = Field(
+        default=300.0,
+        gt=0,
+        description="seconds a message may wait for its session; then `SessionWaitTimeout` (a `TimeoutError`) and the message is not stored",
     )
 
     @field_validator("tools", mode="before")

@@ -77,7 +77,6 @@ def test_add_get_list_forget_and_upsert(store):
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"content": "x", "scope": "persona"}, "persona_id"),
         ({"content": "   ", "scope": "user"}, "content"),
         ({"content": "x", "scope": "galaxy"}, "scope"),
         ({"content": "x", "kind": ""}, "kind"),
@@ -86,6 +85,17 @@ def test_add_get_list_forget_and_upsert(store):
 def test_bad_items_are_rejected_naming_the_problem(fields, message):
     with pytest.raises(ValueError, match=message):
         MemoryItem(**fields)
+
+
+def test_a_persona_item_without_its_persona_is_built_but_never_stored(store):
+    unowned = MemoryItem(content="主人说周末要去爬山", kind="daily", scope=Scope.PERSONA)
+    assert unowned.persona_id is None and unowned.id, "extractors need not know the persona"
+    before = len(store.list())
+    with pytest.raises(ValueError, match="persona_id"):
+        store.add(unowned)
+    with pytest.raises(ValueError, match="persona_id"):
+        store.add_many([MemoryItem(content="好的那条", scope=Scope.USER), unowned])
+    assert len(store.list()) == before, "a refused batch writes nothing"
 
 
 def test_a_bad_batch_writes_nothing(store):
@@ -341,6 +351,41 @@ def test_manual_extractor_remembers_inline(store):
     )
     [item] = store.list(scope="persona", persona_id="aglaea")
     assert (item.content, item.kind) == ("我对花生过敏", "note")
+
+
+class PersonaBlind:
+    """An extractor as the seed means it: it does not know the persona, and may repeat itself."""
+
+    background = False
+
+    def extract(self, messages):
+        hike = MemoryItem(content="主人说周末要去爬山", kind="daily", scope=Scope.PERSONA)
+        tea = MemoryItem(content="主人今天喝了乌龙茶", kind="daily", scope=Scope.USER)
+        return [
+            hike,
+            tea,
+            hike,
+            MemoryItem(content="主人说周末要去爬山", kind="daily", scope=Scope.PERSONA),
+        ]
+
+
+def test_an_unowned_persona_memory_lands_in_the_turns_persona_once(store):
+    model = ScriptedChatModel(script=[AIMessage("好")])
+    build_graph(make_config(model, memory=store, extractor=PersonaBlind())).invoke(
+        {"messages": [human("周末想去爬山", id="u1")]},
+        thread("blind"),
+        context=SessionEnv(persona_id="aglaea"),
+    )
+    [hike] = store.list(scope="persona", persona_id="aglaea")
+    assert (hike.content, hike.source.session_id, hike.source.message_id) == (
+        "主人说周末要去爬山",
+        "blind",
+        "u1",
+    )
+    assert [i.content for i in store.list()].count("主人今天喝了乌龙茶") == 1, (
+        "a memory repeated in one turn is stored once and loses nothing else"
+    )
+    assert [i.content for i in store.list(scope="persona", persona_id="xilian")] == [CANARY]
 
 
 class SlowExtractor:

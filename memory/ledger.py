@@ -1,0 +1,185 @@
+"""The extraction ledger: which background extractions ran, who is running one, which were lost.
+
+A turn's pending extraction is recorded in its session's checkpoint; this
+ledger is the other half of "exactly once". It lives where the memories do —
+a small collection in the memory store's own Chroma (embedded or a server) —
+so a process that can write a memory can also say that the extraction behind
+it is done, and every worker sharing the store sees it. The collection has no
+`bucket` in its metadata, so the store's reads and migration never take it
+for memories.
+
+One record per extraction key:
+- `running` — claimed by `owner` until `until` (wall clock); `attempts` counts claims;
+- `done` — its memories are stored: never run again;
+- `lost` — it failed `attempts` times: never run again (the loss was logged and counted).
+
+A claim by another process is honoured until it expires, unless its owner
+is visibly gone: a process on this host whose pid no longer runs, or an
+earlier life of this very pid. So a worker killed mid-extraction hands its
+work on at once to a restart on the same machine, and after the lease on
+another.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+log = logging.getLogger("cyrene.memory")
+
+LEDGER_COLLECTION = "cyrene_extraction_ledger"
+_POINT = [1.0]  # Chroma wants a vector per record; the ledger is only ever read by id
+
+State = Literal["running", "done", "lost"]
+
+
+@dataclass(frozen=True)
+class Record:
+    """What the ledger knows about one extraction."""
+
+    state: State
+    attempts: int = 0
+    owner: str = ""
+    until: float = 0.0
+
+
+class Ledger(Protocol):
+    """Batch reads and writes of extraction records (one call each, whatever the batch)."""
+
+    durable: bool
+
+    def read(self, keys: list[str]) -> dict[str, Record]:
+        """The records of those keys that have one."""
+        ...
+
+    def write(self, records: Mapping[str, Record]) -> None:
+        """Create or replace records."""
+        ...
+
+
+class ChromaLedger:
+    """The ledger as a collection in the memory store's Chroma client."""
+
+    durable = True
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._collection: Any = None
+
+    def _records(self) -> Any:
+        if self._collection is None:
+            self._collection = self._client.get_or_create_collection(
+                LEDGER_COLLECTION, embedding_function=None, metadata={"cyrene": "ledger"}
+            )
+        return self._collection
+
+    def read(self, keys: list[str]) -> dict[str, Record]:
+        if not keys:
+            return {}
+        got = self._records().get(ids=keys, include=["metadatas"])
+        return {
+            key: Record(
+                state=meta["state"],
+                attempts=int(meta.get("attempts", 0)),
+                owner=str(meta.get("owner", "")),
+                until=float(meta.get("until", 0.0)),
+            )
+            for key, meta in zip(got["ids"], got["metadatas"], strict=True)
+        }
+
+    def write(self, records: Mapping[str, Record]) -> None:
+        if not records:
+            return
+        self._records().upsert(
+            ids=list(records),
+            embeddings=[_POINT] * len(records),
+            metadatas=[
+                {"state": r.state, "attempts": r.attempts, "owner": r.owner, "until": r.until}
+                for r in records.values()
+            ],
+        )
+
+
+class LocalLedger:
+    """For a memory backend without a Chroma client: this process only, gone on exit."""
+
+    durable = False
+
+    def __init__(self) -> None:
+        self._records: dict[str, Record] = {}
+        self._lock = threading.Lock()
+
+    def read(self, keys: list[str]) -> dict[str, Record]:
+        with self._lock:
+            return {k: self._records[k] for k in keys if k in self._records}
+
+    def write(self, records: Mapping[str, Record]) -> None:
+        with self._lock:
+            self._records.update(records)
+
+
+_LEDGERS: weakref.WeakKeyDictionary[Any, Ledger] = weakref.WeakKeyDictionary()
+_LEDGERS_LOCK = threading.Lock()
+
+
+def ledger_for(store: Any) -> Ledger:
+    """The ledger that goes with a memory store (one per store object)."""
+    with _LEDGERS_LOCK:
+        ledger = _LEDGERS.get(store)
+        if ledger is None:
+            client = getattr(store, "client", None)
+            if callable(getattr(client, "get_or_create_collection", None)):
+                ledger = ChromaLedger(client)
+            else:
+                log.warning(
+                    "memory backend %s has no Chroma client: pending extractions are "
+                    "recorded in checkpoints, but their completion only in this process",
+                    type(store).__name__,
+                )
+                ledger = LocalLedger()
+            _LEDGERS[store] = ledger
+        return ledger
+
+
+# -- owners ----------------------------------------------------------------
+_TOKEN = uuid.uuid4().hex[:12]
+
+
+def this_owner() -> str:
+    """`host/pid/token` of this process (the pid is read now, so a fork is a new owner)."""
+    return f"{socket.gethostname()}/{os.getpid()}/{_TOKEN}"
+
+
+def owner_gone(owner: str) -> bool:
+    """Whether a claim's owner visibly no longer runs (on another host nobody can tell)."""
+    host, _, rest = owner.partition("/")
+    pid_text, _, token = rest.partition("/")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return token != _TOKEN  # an earlier process that had our pid
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, someone else's
+    return False
+
+
+def claimable(record: Record | None, now: float) -> bool:
+    """A record this process may claim: none yet, or a claim that is ours (a retry; the
+    process holds each key once), whose lease ran out, or whose owner is gone."""
+    if record is None:
+        return True
+    if record.state != "running":
+        return False
+    return record.owner == this_owner() or record.until <= now or owner_gone(record.owner)

@@ -1,0 +1,74 @@
+"""Chroma records ↔ `MemoryItem`s: reading results, writing batches, the read guard.
+
+Plain functions over one collection each; `MemoryStore` decides which
+collections to touch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from chromadb.api.models.Collection import Collection
+
+from memory.items import MemoryItem, Scope
+
+log = logging.getLogger("cyrene.memory")
+
+
+def may_read(item: MemoryItem, reader: str | None, restricted: bool) -> bool:
+    """The second guard: a persona memory reaches only its own persona, never a restricted read.
+
+    The collection layout already ensures this; a record that fails here was
+    put somewhere it does not belong, and is dropped loudly.
+    """
+    if item.scope is not Scope.PERSONA:
+        return True
+    if not restricted and reader is not None and item.persona_id == reader:
+        return True
+    log.warning(
+        "memory %s of persona %r dropped from a read by %r", item.id, item.persona_id, reader
+    )
+    return False
+
+
+def upsert_each(
+    collection: Collection, chunk: list[MemoryItem]
+) -> list[tuple[MemoryItem, BaseException]]:
+    """Write a chunk; if Chroma refuses it, write item by item. Returns the items that failed."""
+    try:
+        write(collection, chunk)
+        return []
+    except Exception as exc:
+        if len(chunk) == 1:
+            return [(chunk[0], exc)]
+    failed: list[tuple[MemoryItem, BaseException]] = []
+    for item in chunk:
+        try:
+            write(collection, [item])
+        except Exception as exc:
+            failed.append((item, exc))
+    return failed
+
+
+def write(collection: Collection, items: list[MemoryItem]) -> None:
+    """One upsert of items with distinct ids (Chroma refuses a batch that repeats one)."""
+    collection.upsert(
+        ids=[item_key(i) for i in items],
+        documents=[i.content for i in items],
+        metadatas=[i.metadata() for i in items],
+    )
+
+
+def records(got: Mapping[str, Any]) -> list[MemoryItem]:
+    """MemoryItems from a Chroma `get` result (ids, documents, metadatas)."""
+    return [
+        MemoryItem.from_record(i, d, m or {})
+        for i, d, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True)
+    ]
+
+
+def item_key(item: MemoryItem) -> str:
+    """The item's id (its validator always sets one; typed optional for input only)."""
+    return item.id or item.content_id()
