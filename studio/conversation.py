@@ -1,22 +1,35 @@
 """`cyrene demo`: a short scripted conversation that exercises every path offline.
 
-An owner session with persona switch, a tool call and a remembered fact; a
-group chat with a third party, a denied tool and attribution questions; then
-what memory holds. Everything persists under the data folder, so running it
-again continues the same sessions.
+An owner session with persona switch, a tool call, a remembered fact and a
+photo (described offline); a group chat with a third party, a denied tool and
+attribution questions; after each, the mood the turn-end hook gave and what
+compaction folded; then what memory holds. Everything persists under the data
+folder, so running it again continues the same sessions.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from graph.sinks import JsonlSink
+from langchain_core.messages import HumanMessage
 
-OWNER_SCRIPT = (
+from graph.sinks import JsonlSink
+from memory.transcript import message_text
+from nodes.compaction import uncovered_start
+
+# A 4×3 PNG: two orange rows over a blue one, a sunset at the sea.
+SUNSET_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAQAAAADCAIAAAA7ljmRAAAAGUlEQVR42mP4P80Ijhh+VdjAEYNG1Co4AgCM5BKFUXo4wwAAAABJRU5ErkJggg=="
+PHOTO = [
+    {"type": "text", "text": "看看我拍的海边日落照片。"},
+    {"type": "image", "base64": SUNSET_PNG, "mime_type": "image/png"},
+]
+OWNER_SCRIPT: tuple[tuple[str, str | list[Any]], ...] = (
     ("xilian", "早上好，昔涟。"),
     ("xilian", "现在几点了？"),
     ("xilian", "记住 我周末想去爬山"),
     ("aglaea", "阿格莱雅，刚才谁说了「查到了」？"),
+    ("xilian", "今天工作好累，有点烦。"),
+    ("xilian", PHOTO),
 )
 GROUP_SCRIPT = (
     ("小明", "大家好！请问现在几点？"),
@@ -25,25 +38,40 @@ GROUP_SCRIPT = (
 )
 
 
-def _say(who: str, text: str) -> None:
+def _say(who: str, content: str | list[Any]) -> None:
+    text = content if isinstance(content, str) else message_text(HumanMessage(content)) + "［附图］"
     print(f"  {who}：{text}")
+
+
+def _stages(graph: Any, thread: str, budget: int) -> None:
+    """What the turn-end hook and compaction left in the session's state."""
+    state = graph.get_state({"configurable": {"thread_id": thread}}).values
+    messages, summary = state["messages"], state.get("summary")
+    folded = (
+        f"前 {uncovered_start(messages, summary)} 条消息已折叠进摘要，记录仍完整（{len(messages)} 条）"
+        if summary
+        else f"{len(messages)} 条消息，未超出"
+    )
+    print(f"  ↳ 最近一轮的心情：{state.get('mood')}；上下文预算 {budget} token：{folded}")
 
 
 def run_demo(session: Any) -> int:
     """Run the scripted conversation; returns a process exit code."""
-    args = session.args
+    args, budget = session.args, session.config.max_context_tokens
     with session.graph() as graph:
         print("== 主人私聊 demo-owner ==")
         for persona, text in OWNER_SCRIPT:
             _say(f"主人 → {persona}", text)
             print(f"  {persona}：", end="")
             session.turn(graph, text, "demo-owner", session.env("owner", persona))
+        _stages(graph, "demo-owner", budget)
         print("\n== 群聊 demo-group（第三方发言带昵称，主人不带） ==")
         for name, text in GROUP_SCRIPT:
             args.name = name
             _say(name or "主人", text)
             print("  昔涟：", end="")
             session.turn(graph, text, "demo-group", session.env("group", None))
+        _stages(graph, "demo-group", budget)
     store = session.config.memory
     print("\n== 记忆 ==")
     for restricted in (False, True):

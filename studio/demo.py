@@ -1,5 +1,9 @@
 """The demo world shared by the CLI and Studio: two personas, three tools, seeded memories.
 
+Every stage of the loop is switched on, so Studio shows each node at work: a
+compaction budget a longer chat reaches, the offline image describer and the
+keyword mood hook (`studio.demo_hooks`), the manual extractor.
+
 Everything lives under one data folder (default `./.cyrene`): the SQLite
 checkpoints, the embedded Chroma memory, the audit and capacity logs, notes.
 """
@@ -9,6 +13,7 @@ from __future__ import annotations
 import os
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool, tool
@@ -18,11 +23,17 @@ from memory import ManualExtractor, MemoryItem, MemoryStore, Scope
 from nodes.capacity import CapacityPolicy, Tier
 from nodes.config import LoopConfig, Persona
 from nodes.loop import resolve_model
+from studio.demo_hooks import demo_mood, describe_image
 from studio.demo_model import DemoChatModel
 
 DEFAULT_DATA = Path(".cyrene")
 DATA_ENV = "CYRENE_DATA"
 MODEL_ENV = "CYRENE_MODEL"
+# Estimated tokens (LangChain's chars/4 estimate, as the demo model has no
+# tokenizer). The first turns of a chat stay under it; `cyrene demo` crosses it
+# on the owner chat's sixth turn and the group chat's third, a Studio chat of
+# short lines on about its ninth.
+DEMO_CONTEXT_TOKENS = 256
 
 PERSONAS = {
     "xilian": Persona(
@@ -110,7 +121,7 @@ def open_demo_store(data: Path) -> MemoryStore:
 
 
 def demo_config(
-    data: Path = DEFAULT_DATA, model: BaseChatModel | None = None, **overrides
+    data: Path = DEFAULT_DATA, model: BaseChatModel | None = None, **overrides: Any
 ) -> LoopConfig:
     """The demo LoopConfig over a data folder."""
     data = Path(data)
@@ -119,12 +130,15 @@ def demo_config(
         model=model or DemoChatModel(),
         personas=PERSONAS,
         default_persona="xilian",
-        tools=demo_tools(store, data),
-        restricted_tools={"get_time"},
+        tools=tuple(demo_tools(store, data)),
+        restricted_tools=frozenset({"get_time"}),
         capacity=DEMO_CAPACITY,
         memory=store,
         extractor=ManualExtractor(),
         timezone="Asia/Shanghai",
+        max_context_tokens=DEMO_CONTEXT_TOKENS,
+        vision=describe_image,
+        on_turn_end=demo_mood,
         on_audit=JsonlSink(data / "audit.jsonl"),
         on_capacity=JsonlSink(data / "capacity.jsonl"),
         **overrides,

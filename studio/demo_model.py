@@ -9,13 +9,13 @@ and otherwise shows it remembers the previous turn. It is not a language model.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import (
     AIMessage,
     AIMessageChunk,
@@ -25,11 +25,11 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.runnables import Runnable
-from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from memory.transcript import message_text
 from nodes.attribution import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER
+from nodes.compaction import SUMMARY_PREFIX
+from studio.tool_binding import ToolBindingChatModel, bound_tool_names
 
 DEMO_LABEL = "演示模型"
 _DECLARED = re.compile(r"你正以「(?P<name>[^」]+)」")
@@ -37,6 +37,7 @@ _PROMPT_NAME = re.compile(r"你是(?P<name>[^，。,.\s]+)")
 _NOTE_SPEAKER = re.compile(r"以下发言来自(?P<who>.+?)(?:——|，|。)")
 _QUOTED = re.compile(r"[「“\"'‘](?P<q>[^」”\"'’]+)[」”\"'’]")
 _INDEXED_NOTE = re.compile(r"第(?P<n>\d+)条起：(?P<note>.+)")
+_SUMMARY_LINE = re.compile(r"- (?P<who>[^：]+)：(?P<text>.*)")
 _TOOL_INTENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("get_time", ("几点", "时间", "what time", "the time")),
     ("search_memory", ("搜索记忆", "查一下记忆", "recall")),
@@ -44,17 +45,12 @@ _TOOL_INTENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-class DemoChatModel(BaseChatModel):
+class DemoChatModel(ToolBindingChatModel):
     """Offline, deterministic demo model (not a language model)."""
 
     @property
     def _llm_type(self) -> str:
         return "cyrene-demo"
-
-    def bind_tools(
-        self, tools: Sequence[Any], **kwargs: Any
-    ) -> Runnable[LanguageModelInput, AIMessage]:
-        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
     def _generate(
         self,
@@ -64,7 +60,7 @@ class DemoChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         return ChatResult(
-            generations=[ChatGeneration(message=reply(messages, _tool_names(kwargs)))]
+            generations=[ChatGeneration(message=reply(messages, bound_tool_names(kwargs)))]
         )
 
     def _stream(
@@ -74,15 +70,15 @@ class DemoChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        message = reply(messages, _tool_names(kwargs))
+        message = reply(messages, bound_tool_names(kwargs))
         if message.tool_calls:
             yield ChatGenerationChunk(
                 message=AIMessageChunk(
-                    "",
+                    content="",
                     tool_call_chunks=[
                         {
                             "name": c["name"],
-                            "args": "{}",
+                            "args": json.dumps(c["args"], ensure_ascii=False),
                             "id": c["id"],
                             "index": i,
                             "type": "tool_call_chunk",
@@ -93,11 +89,7 @@ class DemoChatModel(BaseChatModel):
             )
             return
         for piece in re.findall(r".{1,4}", str(message.content), re.DOTALL):
-            yield ChatGenerationChunk(message=AIMessageChunk(piece))
-
-
-def _tool_names(kwargs: dict[str, Any]) -> set[str]:
-    return {t["function"]["name"] for t in kwargs.get("tools", [])}
+            yield ChatGenerationChunk(message=AIMessageChunk(content=piece))
 
 
 def persona_name(messages: Sequence[BaseMessage]) -> str:
@@ -113,12 +105,12 @@ def persona_name(messages: Sequence[BaseMessage]) -> str:
     return "助手"
 
 
-def reply(messages: Sequence[BaseMessage], tools: set[str]) -> AIMessage:
+def reply(messages: Sequence[BaseMessage], tools: Collection[str]) -> AIMessage:
     """The demo's deterministic answer to a model view."""
     name = persona_name(messages)
     voice = f"（{DEMO_LABEL}）{name}："
     if messages and isinstance(messages[-1], ToolMessage):
-        batch = []
+        batch: list[str] = []
         for message in reversed(messages):
             if not isinstance(message, ToolMessage):
                 break
@@ -146,12 +138,18 @@ def reply(messages: Sequence[BaseMessage], tools: set[str]) -> AIMessage:
     if m := re.search(r"(?:记住|remember)\s*[:：,，]?\s*(.+)", text, re.IGNORECASE):
         return AIMessage(voice + f"好的，我记住了：{m.group(1).strip()}")
     previous = message_text(humans[-2]) if len(humans) > 1 else ""
-    recall = f"你上一句说的是「{previous}」。" if previous else "这是我们这次对话的第一句。"
+    recall = (
+        f"你上一句说的是「{previous}」。"
+        if previous
+        else "更早的话我记在对话摘要里了。"
+        if _summary_lines(messages)
+        else "这是我们这次对话的第一句。"
+    )
     return AIMessage(voice + f"收到「{text}」。{recall}")
 
 
 def who_said(messages: Sequence[BaseMessage], question: str) -> str:
-    """Answer "who said X" from the speaker notes the loop inserted."""
+    """Answer "who said X" from the speaker notes the loop inserted, else from the summary."""
     quoted = _QUOTED.search(question)
     if not quoted:
         return "请用引号告诉我是哪一句话。"
@@ -169,9 +167,24 @@ def who_said(messages: Sequence[BaseMessage], question: str) -> str:
         if phrase in text:
             note = inline_note or _note_for(indexed, conversation.index(message) + 1)
             speaker = _NOTE_SPEAKER.search(note) if note else None
-    if speaker is None:
-        return f"我找不到是谁说了「{phrase}」。"
-    return f"「{phrase}」是{speaker.group('who')}说的。"
+    if speaker is not None:
+        return f"「{phrase}」是{speaker.group('who')}说的。"
+    # Folded by compaction: the summary keeps one "- speaker：text" line per message.
+    summarised = [m for line in _summary_lines(messages) if (m := _SUMMARY_LINE.match(line))]
+    for line in reversed(summarised):
+        if phrase in line.group("text"):
+            return f"「{phrase}」是{line.group('who')}说的（对话摘要里记着）。"
+    return f"我找不到是谁说了「{phrase}」。"
+
+
+def _summary_lines(messages: Sequence[BaseMessage]) -> list[str]:
+    """The lines of the compaction summary in the view (its own system message, or a
+    paragraph of the one leading system message), if there is one."""
+    for message in messages:
+        text = message_text(message)
+        if isinstance(message, SystemMessage) and SUMMARY_PREFIX in text:
+            return text.split(SUMMARY_PREFIX, 1)[1].split("\n\n", 1)[0].splitlines()
+    return []
 
 
 def _indexed_notes(messages: Sequence[BaseMessage]) -> list[tuple[int, str]]:

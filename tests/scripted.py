@@ -10,17 +10,16 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.runnables import Runnable
-from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field, PrivateAttr
+
+from studio.tool_binding import ToolBindingChatModel, bound_tool_names
 
 Reply = AIMessage | Callable[[list[BaseMessage]], AIMessage]
 
@@ -32,7 +31,7 @@ class Request:
 
     @property
     def tool_names(self) -> list[str]:
-        return [t["function"]["name"] for t in self.kwargs.get("tools", [])]
+        return bound_tool_names(self.kwargs)
 
     @property
     def texts(self) -> list[tuple[str, str]]:
@@ -56,7 +55,7 @@ def tool_calls(*calls: dict, text: str = "") -> AIMessage:
     return AIMessage(text, tool_calls=list(calls))
 
 
-class ScriptedChatModel(BaseChatModel):
+class ScriptedChatModel(ToolBindingChatModel):
     """Replies from a script; `provider` sets the family LangChain reports for tracing."""
 
     script: list[Any] = Field(default_factory=list)
@@ -77,11 +76,6 @@ class ScriptedChatModel(BaseChatModel):
     @property
     def requests(self) -> list[Request]:
         return list(self._requests)
-
-    def bind_tools(
-        self, tools: Sequence[Any], **kwargs: Any
-    ) -> Runnable[LanguageModelInput, AIMessage]:
-        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
     def _next(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> AIMessage:
         with self._lock:

@@ -11,6 +11,7 @@ import pytest
 from langgraph_sdk import get_client
 
 from graph.builder import LOOP_NODES
+from studio.conversation import SUNSET_PNG
 from studio.server import dev_command, dev_env
 from tests.conftest import REPO, free_port, service_missing, wait_for_port
 
@@ -67,7 +68,12 @@ class DevServer:
 
 
 async def run_turn(
-    client, thread_id: str, text: str, context: dict, name: str | None = None
+    client,
+    thread_id: str,
+    text: str | list,
+    context: dict,
+    name: str | None = None,
+    stream_mode: tuple[str, ...] = ("updates", "messages-tuple", "custom"),
 ) -> list:
     message = {"type": "human", "content": text, **({"name": name} if name else {})}
     return [
@@ -77,9 +83,44 @@ async def run_turn(
             "cyrene",
             input={"messages": [message]},
             context=context,
-            stream_mode=["updates", "messages-tuple", "custom"],
+            stream_mode=list(stream_mode),
         )
     ]
+
+
+async def node_updates(client, text: str | list) -> list[dict]:
+    """The `updates` of one owner turn on a fresh thread, as Studio's graph view receives them."""
+    thread = await client.threads.create()
+    parts = await run_turn(
+        client, thread["thread_id"], text, {"actor": "owner"}, stream_mode=("updates",)
+    )
+    return [p.data for p in parts if p.event == "updates"]
+
+
+async def assert_every_stage_shows(client) -> None:
+    """The demo world switches every stage on: a plain turn updates at least five nodes, an
+    image turn's resolve_vision update carries the folded description."""
+    plain = await node_updates(client, "你好，今天有点累")
+    shown = [name for update in plain for name in update if name in LOOP_NODES]
+    assert len(set(shown)) >= 5, f"a plain turn updated only {shown}"
+    assert {"resolve_vision", "compact", "finish_turn"} <= set(shown)
+    [finish] = [u["finish_turn"] for u in plain if "finish_turn" in u]
+    assert finish["mood"] == "关切", "the demo's turn-end hook read the user's words"
+
+    photo = [
+        {"type": "text", "text": "看看这张照片"},
+        {"type": "image", "base64": SUNSET_PNG, "mime_type": "image/png"},
+    ]
+    updates = await node_updates(client, photo)
+    [vision] = [u["resolve_vision"] for u in updates if "resolve_vision" in u]
+    [folded] = vision["messages"]
+    assert [b["type"] for b in folded["content"]] == ["text", "text"], "the image was folded"
+    assert "演示识图：一张 PNG 图片，4×3 像素" in folded["content"][1]["text"]
+    assert list(vision["image_descriptions"].values()) == [
+        folded["content"][1]["text"].split("描述：", 1)[1].rstrip("]")
+    ]
+    [call] = [u["call_model"] for u in updates if "call_model" in u]
+    assert "4×3 像素" in call["messages"][-1]["content"], "the model was sent the description"
 
 
 async def test_studio_serves_the_loop_and_persists_across_restarts(tmp_path):
@@ -131,6 +172,7 @@ async def test_studio_serves_the_loop_and_persists_across_restarts(tmp_path):
         assert any("not_allowed" in str(m["content"]) for m in messages if m["type"] == "tool")
         history = await client.threads.get_history(thread["thread_id"], limit=50)
         assert len(history) > 5
+        await assert_every_stage_shows(client)
     finally:
         first.stop()
     assert (data / "studio-checkpoints.db").exists()
