@@ -3,146 +3,227 @@
 cyrene demo                         the offline demo conversation (the main job)
 cyrene run "你好" --session s1       one turn, reply printed (streamed)
 cyrene chat --persona aglaea        interactive; /persona ID, /actor owner|group|stranger, /quit
-cyrene resume s1                    finish a turn a crash interrupted
+cyrene resume s1                    finish a turn a crash, a failure or a signal interrupted
 cyrene history s1                   the session's transcript, with speakers
 cyrene memory add|search|list|forget|import|export
+cyrene prune --keep 20              delete all but each session's last 20 checkpoints
 cyrene studio                       LangGraph Studio on this folder (offline flags)
+
+Options such as --data and --session go before or after the command.
+Exit codes: 0 ok, 1 nothing to resume or not found, 2 bad input or an expected
+failure, 75 the turn failed but is saved (resume it), 130/143 stopped by
+SIGINT/SIGTERM at a step boundary (resume it).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-from langchain_core.messages import AIMessageChunk, BaseMessage, HumanMessage
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
 
 from graph.builder import build_graph
-from graph.checkpoint import open_checkpointer
-from graph.runs import NothingToResumeError
-from memory.background import wait_for_extractions
+from graph.retention import DEFAULT_KEEP, prune_checkpoints
+from graph.shutdown import GracefulStop, StopRequested
 from memory.transcript import message_text
-from nodes.env import SessionEnv
+from nodes.config import LoopConfig
+from nodes.env import Actor
+from nodes.sanitize import check_id
+from studio.cli_memory import add_memory_parser, memory_command
+from studio.cli_session import EXTRACTION_TIMEOUT, Session, thread_config
+from studio.cli_storage import (
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    checkpoint_url,
+    checkpointer,
+    data_folder,
+    reading_checkpointer,
+)
+from studio.cli_text import one_line, visible
+from studio.demo_model import DemoChatModel
 
-DEMO_NOTICE = "（使用离线演示模型 demo model：设置 --model 或 CYRENE_MODEL 以接入真实模型）"
+ACTORS: tuple[str, ...] = get_args(Actor)
+SIGINT_EXIT = 130
+TURN_COMMANDS = ("demo", "run", "chat", "resume")
 
 
-def _common() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--data", type=Path, default=Path(".cyrene"), help="data folder (default ./.cyrene)"
-    )
-    common.add_argument(
-        "--checkpoint", help="checkpoint URL (default sqlite:///DATA/checkpoints.db)"
-    )
-    common.add_argument(
-        "--model", help="provider:model, e.g. openai:gpt-4o-mini (or $CYRENE_MODEL)"
-    )
-    common.add_argument("--session", default="default", help="session (thread) id")
-    common.add_argument("--persona", help="persona id to answer as")
-    common.add_argument(
-        "--actor", default="owner", choices=["owner", "group", "stranger", "internal"]
-    )
-    common.add_argument("--name", help="display name of a third-party speaker (group/stranger)")
-    return common
+def _options(parser: argparse.ArgumentParser, names: tuple[str, ...], top: bool) -> None:
+    """The shared options; a subcommand's copies default to SUPPRESS so that they
+    never overwrite a value given before the subcommand."""
+
+    def default(value: Any) -> Any:
+        return value if top else argparse.SUPPRESS
+
+    specs: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+        "data": (
+            ("--data",),
+            {"type": Path, "default": default(Path(".cyrene")), "help": "data folder (./.cyrene)"},
+        ),
+        "checkpoint": (
+            ("--checkpoint",),
+            {"default": default(None), "help": "checkpoint URL (sqlite:///DATA/checkpoints.db)"},
+        ),
+        "model": (
+            ("--model",),
+            {"default": default(None), "help": "provider:model, e.g. openai:gpt-4o-mini"},
+        ),
+        "session": (("--session",), {"default": default("default"), "help": "session id"}),
+        "persona": (("--persona",), {"default": default(None), "help": "persona to answer as"}),
+        "actor": (("--actor",), {"default": default("owner"), "choices": ACTORS}),
+        "name": (("--name",), {"default": default(None), "help": "third-party display name"}),
+    }
+    for name in names:
+        flags, kwargs = specs[name]
+        parser.add_argument(*flags, **kwargs)
+
+
+ALL = ("data", "checkpoint", "model", "session", "persona", "actor", "name")
+TURN = ("data", "checkpoint", "model", "persona", "actor", "name")
+MEMORY = ("data", "persona")
 
 
 def parser() -> argparse.ArgumentParser:
-    common = _common()
     top = argparse.ArgumentParser(
         prog="cyrene", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    _options(top, ALL, top=True)
     sub = top.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", parents=[common], help="run the offline demo conversation")
-    sub.add_parser("chat", parents=[common], help="interactive chat")
-    run = sub.add_parser("run", parents=[common], help="one turn")
-    run.add_argument("text")
-    for name in ("resume", "history"):
-        sub.add_parser(name, parents=[common], help=f"{name} a session").add_argument("session_id")
-    studio = sub.add_parser("studio", parents=[common], help="serve the graph in LangGraph Studio")
+
+    def command(name: str, options: tuple[str, ...], **kwargs: Any) -> argparse.ArgumentParser:
+        made = sub.add_parser(name, **kwargs)
+        _options(made, options, top=False)
+        return made
+
+    command("demo", ("data", "checkpoint", "model"), help="run the offline demo conversation")
+    command("chat", ALL, help="interactive chat")
+    command("run", ALL, help="one turn").add_argument("text")
+    command("resume", TURN, help="finish an interrupted turn").add_argument("session_id")
+    command("history", ("data", "checkpoint"), help="a session's transcript").add_argument(
+        "session_id"
+    )
+    prune = command(
+        "prune", ("data", "checkpoint"), help="delete old checkpoints, keep transcripts"
+    )
+    prune.add_argument(
+        "--keep", type=int, default=DEFAULT_KEEP, help="checkpoints kept per session"
+    )
+    prune.add_argument("sessions", nargs="*", help="sessions to prune (default: all)")
+    studio = command("studio", ("data",), help="serve the graph in LangGraph Studio")
     studio.add_argument("--port", type=int, default=2024)
-    memory = sub.add_parser("memory", help="manage long-term memory")
-    msub = memory.add_subparsers(dest="action", required=True)
-    add = msub.add_parser("add", parents=[common])
-    add.add_argument("content")
-    add.add_argument("--kind", default="note")
-    add.add_argument("--scope", default="user", choices=["persona", "user", "project"])
-    search = msub.add_parser("search", parents=[common])
-    search.add_argument("query")
-    search.add_argument("--restricted", action="store_true")
-    search.add_argument("-k", type=int, default=8)
-    msub.add_parser("list", parents=[common])
-    forget = msub.add_parser("forget", parents=[common])
-    forget.add_argument("id")
-    imp = msub.add_parser("import", parents=[common])
-    imp.add_argument("file", type=Path)
-    msub.add_parser("export", parents=[common])
+    memory = command("memory", MEMORY, help="manage long-term memory")
+    add_memory_parser(memory, lambda action: _options(action, MEMORY, top=False))
     return top
 
 
-class Session:
-    """A CLI session: the demo config over the data folder, a saver, and a thread."""
+def main(argv: list[str] | None = None, *, model: BaseChatModel | None = None) -> int:
+    """Run one `cyrene` command; returns its exit code.
 
-    def __init__(self, args: argparse.Namespace) -> None:
-        from studio.demo import demo_config, demo_model
+    Args:
+        argv: the arguments (default `sys.argv[1:]`).
+        model: a chat model to use instead of `--model` / $CYRENE_MODEL (for embedding, tests).
+    """
+    args = parser().parse_args(argv)
+    try:
+        if args.command in TURN_COMMANDS:
+            return turn_command(args, model)
+        return dispatch(args)
+    except CliError as exc:
+        print(f"cyrene: {one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except ValueError as exc:  # a bad value caught by a validator: a message, not a traceback
+        print(f"cyrene: {one_line(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return SIGINT_EXIT
 
-        self.args = args
-        model, is_demo = demo_model(args.model)
-        if is_demo:
-            print(DEMO_NOTICE, file=sys.stderr)
-        self.config = demo_config(args.data, model=model)
-        self.url = args.checkpoint or f"sqlite:///{args.data / 'checkpoints.db'}"
 
-    @contextlib.contextmanager
-    def graph(self) -> Iterator[Any]:
-        with open_checkpointer(self.url) as saver:
-            yield build_graph(self.config, saver)
+def turn_command(args: argparse.Namespace, model: BaseChatModel | None) -> int:
+    """demo, run, chat and resume: turns under a graceful stop (README "## CLI")."""
+    with GracefulStop(interrupt_idle=True) as stop:
+        try:
+            with Session(args, stop, model) as session:
+                try:
+                    return run_turns(session)
+                finally:
+                    if stop.requested:  # background extraction gets its bounded grace
+                        stop.drain(EXTRACTION_TIMEOUT)
+        except StopRequested as exc:
+            return exc.exit_code
 
-    def env(self, actor: str | None = None, persona: str | None = None) -> SessionEnv:
-        return SessionEnv(actor=actor or self.args.actor, persona_id=persona or self.args.persona)
 
-    def turn(self, graph: Any, text: str | None, thread: str, env: SessionEnv) -> str:
-        """Run (or resume, when text is None) one turn, streaming the reply; returns it."""
-        message = None
-        if text is not None:
-            name = self.args.name if env.restricted else None
-            message = {
-                "messages": [HumanMessage(text, name=name, id=f"cli-{uuid.uuid4().hex[:12]}")]
-            }
-        config = {"configurable": {"thread_id": thread}}
-        streamed = False
-        for chunk, meta in graph.stream(message, config, context=env, stream_mode="messages"):
-            if isinstance(chunk, AIMessageChunk) and meta.get("langgraph_node") == "call_model":
-                piece = message_text(chunk)
-                if piece:
-                    print(piece, end="", flush=True)
-                    streamed = True
-        if streamed:
-            print()
-        final = graph.get_state(config).values["messages"][-1]
-        if not streamed:
-            print(message_text(final))
-        wait_for_extractions(timeout=65)
-        return message_text(final)
+def run_turns(session: Session) -> int:
+    args = session.args
+    if args.command == "demo":
+        from studio.conversation import run_demo
+
+        return run_demo(session)
+    if args.command == "chat":
+        return chat(session)
+    with session.graph() as graph:
+        if args.command == "run":
+            session.turn(graph, args.text, args.session, session.env())
+        else:
+            session.turn(graph, None, args.session_id, session.env())
+    return EXIT_OK
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    if args.command == "history":
+        return history(args)
+    if args.command == "prune":
+        return prune(args)
+    if args.command == "studio":
+        from studio.server import serve
+
+        return serve(data_folder(args.data, write=True), args.port)
+    return memory_command(args)
 
 
 def speaker(message: BaseMessage) -> str:
     name = getattr(message, "name", None)
-    return f"{message.type}({name})" if name else message.type
+    return f"{message.type}({visible(name)})" if name else message.type
 
 
-def show_history(graph: Any, thread: str) -> None:
-    state = graph.get_state({"configurable": {"thread_id": thread}})
-    for message in state.values.get("messages", []):
+def history(args: argparse.Namespace) -> int:
+    """Print a session's transcript. Opens only the checkpoints, read-only: no model,
+    no memory store, so it works on a read-only data folder."""
+    data_folder(args.data, write=False)
+    check_id("session", args.session_id)
+    thread = thread_config(args.session_id)
+    with reading_checkpointer(checkpoint_url(args.checkpoint, args.data)) as saver:
+        # The state's shape is the same for every config; this one only reads.
+        graph = build_graph(LoopConfig(model=DemoChatModel()), saver)
+        messages = graph.get_state(thread).values.get("messages", [])
+    if not messages:
+        raise CliError(f"no session {args.session_id!r}", EXIT_NOT_FOUND)
+    for message in messages:
         text = message_text(message) or json.dumps(
             getattr(message, "tool_calls", []), ensure_ascii=False
         )
-        print(f"{speaker(message):>18}  {text}")
+        print(f"{speaker(message):>18}  {visible(text)}")
+    return EXIT_OK
+
+
+def prune(args: argparse.Namespace) -> int:
+    """Keep each session's newest `--keep` checkpoints; the transcripts stay whole."""
+    data_folder(args.data, write=True)
+    for session in args.sessions:
+        check_id("session", session)
+    url = checkpoint_url(args.checkpoint, args.data)
+    with checkpointer(url) as saver:
+        try:
+            report = prune_checkpoints(saver, keep=args.keep, thread_ids=args.sessions or None)
+        except TypeError as exc:  # a saver without tables: nothing is kept to prune
+            raise CliError(f"--checkpoint {url}: {exc}") from exc
+    print(report)
+    return EXIT_OK
 
 
 def _input_lines() -> Iterator[str]:
@@ -157,120 +238,33 @@ def _input_lines() -> Iterator[str]:
             yield line
 
 
-def chat(session: Session) -> None:
-    actor, persona = session.args.actor, session.args.persona
-    print("输入消息；/persona ID、/actor owner|group|stranger、/quit")
+def chat(session: Session) -> int:
+    args = session.args
+    actor, persona = args.actor, args.persona
+    personas = sorted(session.config.personas)
+    print(f"输入消息；/persona {'|'.join(personas)}、/actor {'|'.join(ACTORS)}、/quit")
     with session.graph() as graph:
         for line in _input_lines():
-            if line == "/quit":
+            command, _, value = line.partition(" ")
+            value = value.strip()
+            if command == "/quit":
                 break
-            if line.startswith("/persona "):
-                persona = line.split(maxsplit=1)[1]
-                continue
-            if line.startswith("/actor "):
-                actor = line.split(maxsplit=1)[1]
-                continue
-            session.turn(graph, line, session.args.session, session.env(actor, persona))
+            if command == "/persona":
+                persona = _choose("persona", value, personas, persona)
+            elif command == "/actor":
+                actor = _choose("actor", value, ACTORS, actor) or actor
+            else:
+                session.turn(graph, line, args.session, session.env(actor, persona))
+    return EXIT_OK
 
 
-def memory_command(args: argparse.Namespace) -> int:
-    from memory import MemoryItem, MemoryStore, Scope
-
-    store = MemoryStore.open(args.data / "memory")
-    if args.action == "add":
-        persona = args.persona if args.scope == "persona" else None
-        print(
-            store.add(
-                MemoryItem(
-                    content=args.content,
-                    kind=args.kind,
-                    scope=Scope(args.scope),
-                    persona_id=persona,
-                )
-            )
-        )
-    elif args.action == "search":
-        for hit in store.search(
-            args.query, persona_id=args.persona, restricted=args.restricted, k=args.k
-        ):
-            print(
-                f"{hit.score:.3f}  [{hit.item.kind}] {hit.item.content}  ({hit.item.bucket}, {hit.item.id})"
-            )
-    elif args.action in ("list", "export"):
-        for item in store.list():
-            print(
-                item.model_dump_json()
-                if args.action == "export"
-                else f"{item.id}  {item.bucket:<16} [{item.kind}] {item.content}"
-            )
-    elif args.action == "forget":
-        if not store.forget(args.id):
-            print(f"no memory with id {args.id}", file=sys.stderr)
-            return 1
-    elif args.action == "import":
-        return import_memories(store, args.file)
-    return 0
-
-
-def import_memories(store: Any, path: Path) -> int:
-    """Import a JSON-lines file of memory items in batches, with a progress bar."""
-    from memory import MemoryItem
-
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    items = []
-    for number, line in enumerate(lines, 1):
-        try:
-            items.append(MemoryItem.model_validate_json(line))
-        except ValueError as exc:
-            print(f"{path}:{number}: {exc}", file=sys.stderr)
-            return 1
-    batch = 500
-    for start in range(0, len(items), batch):
-        store.add_many(items[start : start + batch])
-        done = min(start + batch, len(items))
-        bar = "#" * (30 * done // max(len(items), 1))
-        print(f"\r[{bar:<30}] {done}/{len(items)}", end="", file=sys.stderr, flush=True)
-    print(file=sys.stderr)
-    print(f"imported {len(items)} memories")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    try:
-        return dispatch(args)
-    except ValueError as exc:  # bad input at the boundary: a message, not a traceback
-        print(f"cyrene: {exc}", file=sys.stderr)
-        return 2
-
-
-def dispatch(args: argparse.Namespace) -> int:
-    if args.command == "memory":
-        return memory_command(args)
-    if args.command == "studio":
-        from studio.server import serve
-
-        return serve(args.data, args.port)
-    session = Session(args)
-    if args.command == "demo":
-        from studio.conversation import run_demo
-
-        return run_demo(session)
-    if args.command == "chat":
-        chat(session)
-        return 0
-    with session.graph() as graph:
-        if args.command == "run":
-            session.turn(graph, args.text, args.session, session.env())
-        elif args.command == "resume":
-            try:
-                session.turn(graph, None, args.session_id, session.env())
-            except NothingToResumeError as exc:
-                print(exc, file=sys.stderr)
-                return 1
-        elif args.command == "history":
-            show_history(graph, args.session_id)
-    return 0
+def _choose(what: str, value: str, allowed: Any, current: str | None) -> str | None:
+    """`value` when it is allowed; otherwise say what is, and keep `current`."""
+    if value in allowed:
+        return value
+    shown = f"unknown {what} {value!r}; " if value else ""  # repr escapes control characters
+    print(f"{shown}choose one of: {', '.join(allowed)} (now: {current or 'default'})")
+    return current
 
 
 if __name__ == "__main__":

@@ -1,0 +1,122 @@
+"""`cyrene memory add|search|list|forget|import|export` over the data folder's store."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from memory import MemoryItem, MemoryStore, Scope
+from studio.cli_storage import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, data_folder, open_memory
+from studio.cli_text import visible
+
+WRITES = ("add", "forget", "import")
+IMPORT_BATCH = 500
+
+
+def add_memory_parser(
+    memory: argparse.ArgumentParser, options: Callable[[argparse.ArgumentParser], None]
+) -> None:
+    """The actions under `cyrene memory`; `options` adds the shared options to each."""
+    actions = memory.add_subparsers(dest="action", required=True)
+
+    def action(name: str) -> argparse.ArgumentParser:
+        made = actions.add_parser(name)
+        options(made)
+        return made
+
+    add = action("add")
+    add.add_argument("content")
+    add.add_argument("--kind", default="note")
+    add.add_argument("--scope", default="user", choices=[scope.value for scope in Scope])
+    search = action("search")
+    search.add_argument("query")
+    search.add_argument("--restricted", action="store_true")
+    search.add_argument("-k", type=int, default=8)
+    action("list")
+    action("forget").add_argument("id")
+    action("import").add_argument("file", type=Path)
+    action("export")
+
+
+def memory_command(args: argparse.Namespace) -> int:
+    data_folder(args.data, write=args.action in WRITES)
+    with open_memory(args.data) as store:
+        return _ACTIONS[args.action](store, args)
+
+
+def _add(store: MemoryStore, args: argparse.Namespace) -> int:
+    persona = args.persona if args.scope == "persona" else None
+    item = MemoryItem(
+        content=args.content, kind=args.kind, scope=Scope(args.scope), persona_id=persona
+    )
+    print(store.add(item))
+    return EXIT_OK
+
+
+def _search(store: MemoryStore, args: argparse.Namespace) -> int:
+    hits = store.search(args.query, persona_id=args.persona, restricted=args.restricted, k=args.k)
+    for hit in hits:
+        item = hit.item
+        print(
+            f"{hit.score:.3f}  [{visible(item.kind)}] {visible(item.content)}  ({item.bucket}, {item.id})"
+        )
+    return EXIT_OK
+
+
+def _list(store: MemoryStore, args: argparse.Namespace) -> int:
+    for item in store.list():
+        print(f"{item.id}  {item.bucket:<16} [{visible(item.kind)}] {visible(item.content)}")
+    return EXIT_OK
+
+
+def _export(store: MemoryStore, args: argparse.Namespace) -> int:
+    for item in store.list():
+        print(item.model_dump_json())  # JSON escapes every control character itself
+    return EXIT_OK
+
+
+def _forget(store: MemoryStore, args: argparse.Namespace) -> int:
+    if store.forget(args.id):
+        return EXIT_OK
+    print(f"cyrene: no memory with id {args.id!r}", file=sys.stderr)
+    return EXIT_NOT_FOUND
+
+
+def _import(store: MemoryStore, args: argparse.Namespace) -> int:
+    """Check the whole file first (every bad line is reported, nothing imported), then
+    import it in upsert batches (repeats collapse) and print the counts."""
+    from memory.io import MemoryImportError, import_jsonl
+
+    try:
+        report = import_jsonl(store, args.file, batch=IMPORT_BATCH, progress=_progress)
+    except MemoryImportError as exc:
+        for line in str(exc).splitlines():
+            print(f"cyrene: {visible(line)}", file=sys.stderr)
+        return EXIT_USAGE
+    print(file=sys.stderr)  # end the progress bar's line
+    for item, reason in report.failed:
+        print(f"cyrene: not stored: {item.id}: {visible(reason)}", file=sys.stderr)
+    repeats = report.lines - report.unique
+    print(
+        f"imported {report.stored} memories from {report.lines} lines "
+        f"({repeats} repeats collapsed, {report.repaired} with lone surrogates replaced, "
+        f"{len(report.failed)} failed)"
+    )
+    return EXIT_USAGE if report.failed else EXIT_OK
+
+
+def _progress(done: int, total: int) -> None:
+    bar = "#" * (30 * done // max(total, 1))
+    print(f"\r[{bar:<30}] {done}/{total}", end="", file=sys.stderr, flush=True)
+
+
+_ACTIONS: dict[str, Callable[[MemoryStore, argparse.Namespace], int]] = {
+    "add": _add,
+    "search": _search,
+    "list": _list,
+    "export": _export,
+    "forget": _forget,
+    "import": _import,
+}

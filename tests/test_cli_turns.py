@@ -1,0 +1,123 @@
+"""Turns from the CLI: a failing model, stable message ids, escaped output, chat commands."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+import studio.demo
+from graph import build_graph, open_checkpointer
+from tests.cli_support import cyrene, one_line_error
+from tests.conftest import make_config, thread
+from tests.scripted import ScriptedChatModel
+
+
+def provider_down(messages: list[BaseMessage]) -> AIMessage:
+    raise RuntimeError("provider down\nretry later")
+
+
+def humans(capsys, data, session: str) -> list[str]:
+    history = cyrene(capsys, "history", session, "--data", str(data))
+    return [
+        line.split(maxsplit=1)[1] for line in history.out.splitlines() if line.split()[0] == "human"
+    ]
+
+
+def test_a_failed_model_call_is_one_line_naming_resume_and_the_session_resumes(tmp_path, capsys):
+    model = ScriptedChatModel(script=[provider_down, AIMessage("回来了")])
+    data = ("--data", str(tmp_path))
+    failed = cyrene(capsys, "run", "你好", "--session", "我的 会话", *data, model=model)
+    assert failed.code == 75
+    line = one_line_error(failed)
+    assert "RuntimeError: provider down\\nretry later" in line
+    assert "`cyrene resume '我的 会话'`" in line, "a command to paste"
+    assert humans(capsys, tmp_path, "我的 会话") == ["你好"], "the message is stored once"
+    resumed = cyrene(capsys, "resume", "我的 会话", *data, model=model)
+    assert resumed.code == 0, resumed.err
+    assert resumed.out == "回来了\n"
+    assert len(model.requests) == 2
+
+
+def test_resending_after_a_failure_does_not_duplicate_but_a_later_repeat_is_new(tmp_path, capsys):
+    model = ScriptedChatModel(
+        script=[provider_down, AIMessage("第一次回答"), AIMessage("第二次回答")]
+    )
+    data = ("--data", str(tmp_path), "--session", "s1")
+    assert cyrene(capsys, "run", "在吗", *data, model=model).code == 75
+    again = cyrene(capsys, "run", "在吗", *data, model=model)
+    assert again.code == 0 and again.out == "第一次回答\n", again.err
+    assert humans(capsys, tmp_path, "s1") == ["在吗"], "the re-sent text replaced the stored one"
+    assert [m.type for m in model.requests[1].messages].count("human") == 1
+    later = cyrene(capsys, "run", "在吗", *data, model=model)
+    assert later.code == 0 and later.out == "第二次回答\n"
+    assert humans(capsys, tmp_path, "s1") == ["在吗", "在吗"], "asked again after an answer: new"
+
+
+def test_control_characters_are_shown_escaped(tmp_path, capsys):
+    hostile = "\x1b]0;pwned\x07\x1b[2J看\u202eevil\u2066x\x9b31m\r"
+    model = ScriptedChatModel(script=[AIMessage(f"回声：{hostile}\n第二行")] * 2)
+    data = ("--data", str(tmp_path))
+    run = cyrene(capsys, "run", hostile, "--session", "s1", *data, model=model)
+    history = cyrene(capsys, "history", "s1", *data)
+    chat = cyrene(capsys, "chat", "--session", "s2", *data, model=model, stdin=hostile + "\n")
+    for out in (run.out, history.out, chat.out):
+        assert not set(out) & set("\x1b\x07\u202e\u2066\x9b\r"), repr(out)
+        assert "\\x1b]0;pwned\\x07\\x1b[2J看\\u202eevil\\u2066x\\x9b31m\\x0d" in out
+    assert run.out.endswith("第二行\n") and "\\x0d\n第二行" in run.out, "newlines stay"
+    assert "\\x1b[2J看" in history.out.splitlines()[0], "the human message too"
+
+
+def test_chat_refuses_an_unknown_actor_or_persona_and_goes_on(tmp_path, capsys):
+    out = cyrene(
+        capsys,
+        "chat",
+        "--session",
+        "c",
+        "--data",
+        str(tmp_path),
+        stdin="/actor root\n你好\n/persona nobody\n/persona\n/actor group\n大家好\n/quit\n",
+    )
+    assert out.code == 0, out.err
+    lines = out.out.splitlines()
+    assert (
+        "unknown actor 'root'; choose one of: owner, group, stranger, internal (now: owner)"
+        in lines
+    )
+    assert "unknown persona 'nobody'; choose one of: aglaea, xilian (now: default)" in lines
+    assert "choose one of: aglaea, xilian (now: default)" in lines
+    assert "昔涟：收到「你好」" in out.out and "收到「大家好」" in out.out
+    history = cyrene(capsys, "history", "c", "--data", str(tmp_path)).out.splitlines()
+    assert [line.split()[0] for line in history] == ["human", "ai(xilian)", "human", "ai"], (
+        "the owner's turn, then a group turn (unlabelled reply)"
+    )
+
+
+def test_a_busy_session_is_one_line_and_stores_nothing(tmp_path, capsys, monkeypatch):
+    real = studio.demo.demo_config
+    monkeypatch.setattr(
+        studio.demo,
+        "demo_config",
+        lambda data, model=None: real(data, model=model, busy_policy="reject"),
+    )
+    started = threading.Event()
+
+    def slow(messages: list[BaseMessage]) -> AIMessage:
+        started.set()
+        time.sleep(1.5)
+        return AIMessage("慢慢说")
+
+    def another_process_s_turn() -> None:
+        with open_checkpointer(f"sqlite:///{tmp_path / 'checkpoints.db'}") as saver:
+            graph = build_graph(make_config(ScriptedChatModel(script=[slow])), saver)
+            graph.invoke({"messages": [HumanMessage("先来", id="first")]}, thread("s"))
+
+    holder = threading.Thread(target=another_process_s_turn)
+    holder.start()
+    assert started.wait(30)
+    busy = cyrene(capsys, "run", "后到", "--session", "s", "--data", str(tmp_path))
+    holder.join()
+    assert busy.code == 2
+    assert "session 's' is busy" in one_line_error(busy)
+    assert humans(capsys, tmp_path, "s") == ["先来"]
