@@ -3,8 +3,12 @@
 START → resolve_vision → compact → assemble_context → call_model
                            ↑                                │ tool calls and round < max_rounds
                            └────── dispatch_tools ←─────────┘ (one Send per call)
+                           ↑                                │ calls the loop answered itself
+                           └────────────────────────────────┘ (cut off, unparseable)
                                                             │ otherwise
                                               extract_memory → finish_turn → END
+
+`call_model` retries transient provider errors (its `RetryPolicy`).
 
 Stages with nothing to do (no vision describer, no token budget, no extractor,
 no turn-end hook) are routed around at build time.
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from langchain_core.messages import ToolCall
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore
@@ -27,10 +32,10 @@ from nodes.context import make_assemble_context
 from nodes.env import SessionEnv
 from nodes.extraction import make_extract_memory
 from nodes.loop import Loop
-from nodes.model_call import make_call_model
+from nodes.model_call import make_call_model, retry_policy
 from nodes.state import LoopState, TurnInput
 from nodes.tools import make_dispatch_tools
-from nodes.transcript import pending_tool_calls
+from nodes.transcript import needs_another_round, pending_tool_calls
 from nodes.turn_end import make_finish_turn
 from nodes.vision import make_resolve_vision
 
@@ -46,21 +51,30 @@ VISION, COMPACT, ASSEMBLE, CALL, DISPATCH, EXTRACT, FINISH = (
 LOOP_NODES = (VISION, COMPACT, ASSEMBLE, CALL, DISPATCH, EXTRACT, FINISH)
 
 
-def _sends(calls: list[dict]) -> list[Send]:
+def inline(router: Any) -> RunnableCallable:
+    """A router run in place: it is pure, so an async run spends no thread hop
+    (LangGraph's default for a plain function) and no trace on it."""
+    return RunnableCallable(router, None, name=router.__name__, trace=False)
+
+
+def _sends(calls: list[ToolCall]) -> list[Send]:
     # The Send carries only the call; ToolNode reads the state it needs itself,
     # which keeps the task payload O(1) instead of O(transcript).
     return [Send(DISPATCH, [call]) for call in calls]
 
 
-def route_after_model(sequential: bool, turn_end: str):
+def route_after_model(sequential: bool, turn_end: str, round_start: str, max_rounds: int):
     def route_after_model(state: LoopState) -> list[Send] | str:
-        """Run the requested tool calls, or end the turn."""
+        """Run the requested tool calls; after calls the loop answered itself (cut off,
+        unparseable), let the model issue them again; otherwise end the turn."""
         pending = pending_tool_calls(state["messages"])
-        if not pending:
-            return turn_end
-        return _sends(pending[:1] if sequential else pending)
+        if pending:
+            return _sends(pending[:1] if sequential else pending)
+        if needs_another_round(state["messages"], max_rounds):
+            return round_start
+        return turn_end
 
-    return route_after_model
+    return inline(route_after_model)
 
 
 def fixed_route(target: str):
@@ -69,7 +83,7 @@ def fixed_route(target: str):
     def route(state: LoopState) -> str:
         return target
 
-    return route
+    return inline(route)
 
 
 def route_after_tools(next_stage: str):
@@ -78,7 +92,7 @@ def route_after_tools(next_stage: str):
         pending = pending_tool_calls(state["messages"])
         return _sends(pending[:1]) if pending else next_stage
 
-    return route_after_tools
+    return inline(route_after_tools)
 
 
 def build_graph(
@@ -124,7 +138,11 @@ def build_graph(
     graph.add_node(VISION, make_resolve_vision(loop))
     graph.add_node(COMPACT, make_compact(loop))
     graph.add_node(ASSEMBLE, make_assemble_context(loop))
-    graph.add_node(CALL, RunnableCallable(*make_call_model(loop), name=CALL, trace=False))
+    graph.add_node(
+        CALL,
+        RunnableCallable(*make_call_model(loop), name=CALL, trace=False),
+        retry_policy=retry_policy(config),
+    )
     graph.add_node(DISPATCH, make_dispatch_tools(loop))
     graph.add_node(EXTRACT, make_extract_memory(loop))
     graph.add_node(FINISH, make_finish_turn(loop))
@@ -140,7 +158,9 @@ def build_graph(
     graph.add_edge(COMPACT, ASSEMBLE)
     graph.add_edge(ASSEMBLE, CALL)
     graph.add_conditional_edges(
-        CALL, route_after_model(sequential, after_reply), [DISPATCH, EXTRACT, FINISH, END]
+        CALL,
+        route_after_model(sequential, after_reply, round_start, config.max_rounds),
+        [DISPATCH, COMPACT, ASSEMBLE, EXTRACT, FINISH, END],
     )
     if sequential:
         graph.add_conditional_edges(
@@ -154,5 +174,9 @@ def build_graph(
     # Tool calls of one batch run as parallel tasks of one superstep; this caps
     # them; the subclass checks input and picks durability (see CyreneGraph).
     return reclass_compiled(
-        compiled, CyreneGraph, default_durability=config.durability
+        compiled,
+        CyreneGraph,
+        default_durability=config.durability,
+        busy_policy=config.busy_policy,
+        busy_timeout=config.busy_timeout,
     ).with_config(max_concurrency=config.tool_parallelism)

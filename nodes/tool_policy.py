@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -22,7 +22,9 @@ log = logging.getLogger("cyrene.tools")
 NOT_ALLOWED = "not_allowed"
 ROUND_LIMIT = "round_limit"
 VETOED = "vetoed"
-SOFT_ERROR_CODES = (NOT_ALLOWED, ROUND_LIMIT, VETOED)
+TRUNCATED = "truncated"
+INVALID_TOOL_CALL = "invalid_tool_call"
+SOFT_ERROR_CODES = (NOT_ALLOWED, ROUND_LIMIT, VETOED, TRUNCATED, INVALID_TOOL_CALL)
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ class AuditEvent:
         return asdict(self)
 
 
-def soft_error(call: ToolCall, code: str, detail: str) -> ToolMessage:
+def soft_error(call: Mapping[str, Any], code: str, detail: str) -> ToolMessage:
     """An error result for a call that was not executed; `code` leads the text."""
     return ToolMessage(
         content=f"{code}: {detail}",
@@ -115,3 +117,24 @@ def round_limit_result(call: ToolCall, max_rounds: int) -> ToolMessage:
 
 def vetoed_result(call: ToolCall, reason: str) -> ToolMessage:
     return soft_error(call, VETOED, reason)
+
+
+def truncated_result(call: Mapping[str, Any], parse_error: str | None = None) -> ToolMessage:
+    """A call from a reply cut off at the output limit: never run, the model is asked again."""
+    unparsed = f" Its arguments did not parse: {parse_error}." if parse_error else ""
+    return soft_error(
+        call,
+        TRUNCATED,
+        "your reply was cut off at the output token limit before this call was complete, "
+        f"so it was not run.{unparsed} Issue the call again (keep the reply short).",
+    )
+
+
+def invalid_call_result(call: Mapping[str, Any], parse_error: str | None) -> ToolMessage:
+    """A call whose arguments did not parse: never run, the parse error goes back to the model."""
+    return soft_error(
+        call,
+        INVALID_TOOL_CALL,
+        f"the arguments of this call could not be parsed ({parse_error or 'unknown error'}), "
+        "so it was not run. Issue the call again with valid JSON arguments.",
+    )

@@ -5,14 +5,22 @@ transcript instead of keeping counters that could drift from it — where the
 current turn starts, which round it is in, which tool calls are unanswered.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
+from typing import TypeVar
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    InvalidToolCall,
+    ToolCall,
+    ToolMessage,
+)
 
 from memory.transcript import last_human, message_text
+from nodes.replies import is_cut_off
 
+MessageT = TypeVar("MessageT", bound=BaseMessage)
 INTERRUPTED_PREFIX = "interrupted"
 ANNOTATION_KEY = "cyrene"
 """`response_metadata` key under which the loop annotates messages (mood, guard blocks, images)."""
@@ -23,7 +31,7 @@ def annotations(message: BaseMessage) -> dict:
     return message.response_metadata.get(ANNOTATION_KEY) or {}
 
 
-def annotated(message: BaseMessage, **fields: object) -> BaseMessage:
+def annotated(message: MessageT, **fields: object) -> MessageT:
     """A copy of the message with `fields` merged into its annotations."""
     meta = message.response_metadata
     merged = {**meta, ANNOTATION_KEY: {**annotations(message), **fields}}
@@ -57,8 +65,28 @@ def turn_number(messages: Sequence[BaseMessage]) -> int:
     return sum(isinstance(m, HumanMessage) for m in messages)
 
 
-def pending_tool_calls(messages: Sequence[BaseMessage]) -> list[dict]:
-    """Calls of the last AI message that have no tool result yet, in request order."""
+def runnable_calls(message: AIMessage) -> list[ToolCall]:
+    """The calls of a reply that may run: none of a reply cut off at the output limit."""
+    return [] if is_cut_off(message) else list(message.tool_calls)
+
+
+def requested_calls(message: AIMessage) -> list[ToolCall | InvalidToolCall]:
+    """Every call a reply asked for, parseable or not: each needs a result before the next
+    message, because the provider formatters send unparseable calls as calls too."""
+    return [*message.tool_calls, *message.invalid_tool_calls]
+
+
+def needs_another_round(messages: Sequence[BaseMessage], max_rounds: int) -> bool:
+    """The latest reply asked for calls, yet nothing is left to run (the loop answered them:
+    cut off, unparseable): the model gets another round to issue them again, unless this
+    round was the last."""
+    reply = final_ai_message(messages)
+    asked = reply is not None and bool(requested_calls(reply))
+    return asked and not pending_tool_calls(messages) and current_round(messages) < max_rounds
+
+
+def pending_tool_calls(messages: Sequence[BaseMessage]) -> list[ToolCall]:
+    """Runnable calls of the last AI message that have no tool result yet, in request order."""
     calls, results = last_batch(messages)
     answered = {r.tool_call_id for r in results}
     return [c for c in calls if c["id"] not in answered]
@@ -82,20 +110,20 @@ def close_interrupted_calls(messages: list[BaseMessage]) -> list[BaseMessage]:
     that the result was lost. Idempotent, and a function of the list alone.
     """
     out: list[BaseMessage] = []
-    open_calls: list[dict] = []
+    open_calls: list[ToolCall | InvalidToolCall] = []
     for message in messages:
         if isinstance(message, ToolMessage):
             open_calls = [c for c in open_calls if c["id"] != message.tool_call_id]
         elif open_calls:
             out.extend(_interrupted_result(call) for call in open_calls)
             open_calls = []
-        if isinstance(message, AIMessage) and message.tool_calls:
-            open_calls = list(message.tool_calls)
+        if isinstance(message, AIMessage):
+            open_calls = [c for c in requested_calls(message) if c.get("id")]
         out.append(message)
     return out if len(out) != len(messages) else messages
 
 
-def _interrupted_result(call: dict) -> ToolMessage:
+def _interrupted_result(call: ToolCall | InvalidToolCall) -> ToolMessage:
     return ToolMessage(
         content=(
             f"{INTERRUPTED_PREFIX}: the session stopped before this call's result was "
@@ -108,13 +136,13 @@ def _interrupted_result(call: dict) -> ToolMessage:
     )
 
 
-def last_batch(messages: Sequence[BaseMessage]) -> tuple[list[dict], list[ToolMessage]]:
-    """The tool calls of the latest AI message and the results that answered them."""
+def last_batch(messages: Sequence[BaseMessage]) -> tuple[list[ToolCall], list[ToolMessage]]:
+    """The runnable tool calls of the latest AI message and the results that answered them."""
     for i in range(len(messages) - 1, -1, -1):
         message = messages[i]
         if isinstance(message, AIMessage):
             results = [m for m in messages[i + 1 :] if isinstance(m, ToolMessage)]
-            return list(message.tool_calls), results
+            return runnable_calls(message), results
         if isinstance(message, HumanMessage):
             break
     return [], []

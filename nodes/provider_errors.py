@@ -1,0 +1,120 @@
+"""Which model-call failures are worth retrying, and a per-call timeout.
+
+Plain functions (no LangGraph): `call_model`'s `RetryPolicy` asks
+`is_transient`, and the node wraps each model call in `call_with_timeout` /
+`acall_with_timeout`. The provider SDKs are optional for users, so their
+exceptions are recognised by module and attributes, never by importing them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from typing import TypeVar
+
+from langchain_core.exceptions import ModelError, ModelTimeoutError
+
+T = TypeVar("T")
+
+TRANSIENT_STATUS = frozenset({408, 409, 429})
+"""HTTP statuses the OpenAI and Anthropic SDKs themselves retry, besides every 5xx (529 included)."""
+SDK_PACKAGES = frozenset({"openai", "anthropic", "httpx", "httpx2", "httpcore"})
+TRANSIENT_SDK_ERRORS = frozenset(
+    {
+        "APIConnectionError",  # openai / anthropic, APITimeoutError included
+        "TimeoutException",  # httpx: connect, read, write and pool timeouts
+        "NetworkError",  # httpx: ConnectError, ReadError, WriteError, CloseError
+        "RemoteProtocolError",  # httpx: the server hung up mid-response
+    }
+)
+
+
+class ModelCallTimeout(ModelTimeoutError, TimeoutError):
+    """A model call took longer than `LoopConfig.model_timeout`; transient, so it is retried."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the model did not answer within model_timeout={seconds} seconds")
+        self.seconds = seconds
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether the same request may succeed if sent again: rate limits, 5xx, timeouts,
+    dropped connections. Client errors (400, 401, 404, …) and bugs are not.
+
+    An exception raised `from` a transient one (a wrapper around an SDK error)
+    counts as transient too.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if _transient_itself(current):
+            return True
+        current = current.__cause__
+    return False
+
+
+def _transient_itself(exc: BaseException) -> bool:
+    if isinstance(exc, ModelError):  # LangChain's own mapping of provider errors is authoritative
+        return exc.is_retryable
+    if isinstance(exc, TimeoutError | ConnectionError):
+        return True
+    status = _status_code(exc)
+    if status is not None:
+        return status in TRANSIENT_STATUS or status >= 500
+    return any(
+        cls.__name__ in TRANSIENT_SDK_ERRORS and cls.__module__.split(".")[0] in SDK_PACKAGES
+        for cls in type(exc).__mro__
+    )
+
+
+def _status_code(exc: BaseException) -> int | None:
+    """The HTTP status an SDK error carries (`.status_code`, or httpx's `.response.status_code`)."""
+    for holder in (exc, getattr(exc, "response", None)):
+        status = getattr(holder, "status_code", None)
+        if isinstance(status, int):
+            return status
+    return None
+
+
+def call_with_timeout(call: Callable[[], T], seconds: float | None) -> T:
+    """`call()`, or `ModelCallTimeout` once `seconds` pass.
+
+    A blocking call cannot be interrupted, so it runs in a daemon thread (with
+    the caller's context, which carries LangChain's callbacks) and is
+    abandoned on timeout: its eventual result is dropped.
+    """
+    if seconds is None:
+        return call()
+    future: Future[T] = Future()
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        try:
+            future.set_result(context.run(call))
+        except BaseException as exc:  # handed to the waiting caller
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="cyrene-model-call", daemon=True).start()
+    try:
+        return future.result(timeout=seconds)
+    except TimeoutError:
+        if future.done():  # the call itself raised a TimeoutError
+            raise
+        raise ModelCallTimeout(seconds) from None
+
+
+async def acall_with_timeout(call: Callable[[], Awaitable[T]], seconds: float | None) -> T:
+    """`await call()`, cancelled with `ModelCallTimeout` once `seconds` pass."""
+    if seconds is None:
+        return await call()
+    try:
+        async with asyncio.timeout(seconds) as scope:
+            return await call()
+    except TimeoutError:
+        if scope.expired():
+            raise ModelCallTimeout(seconds) from None
+        raise

@@ -1,0 +1,126 @@
+"""Replies that cannot run as they are: cut off, unparseable calls, missing or repeated ids.
+
+Plain functions (no LangGraph), applied to every reply before anything runs:
+
+- `with_stable_call_ids`: a tool call with no id, or with an id already used
+  in the same reply, gets one derived from the reply's id and its position,
+  so its result can be paired with it (a `ToolMessage` needs an id, and
+  providers reject duplicates).
+- `is_cut_off`: the reply stopped at the output limit (OpenAI
+  `finish_reason="length"`, Anthropic `stop_reason="max_tokens"`, Gemini
+  `finish_reason="MAX_TOKENS"`). Its tool calls are never run, even when
+  their arguments parse: they may be missing arguments that were cut off.
+- `closing_results`: the error results the loop itself answers such calls
+  with, and every entry of `invalid_tool_calls` (arguments that did not
+  parse). Both provider formatters send invalid calls as calls, so an
+  unanswered one would make every later request fail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from nodes.tool_policy import invalid_call_result, truncated_result
+
+CUT_OFF_REASONS = frozenset({"length", "max_tokens", "max_output_tokens"})
+"""Stop reasons meaning "the output limit was hit", lower-cased across providers."""
+STOP_REASON_KEYS = ("finish_reason", "stop_reason", "done_reason")
+"""`response_metadata` keys: OpenAI and Gemini, Anthropic, Ollama."""
+UNNAMED_TOOL = "unnamed_tool"
+"""Name given to an unparseable call that has none (providers need one to pair its result)."""
+CALL_BLOCK_TYPES = frozenset({"tool_use", "tool_call"})
+"""Content blocks that repeat a call's id (Anthropic's native blocks, LangChain's v1 blocks)."""
+
+
+def stop_reason(message: BaseMessage) -> str | None:
+    """Why the provider stopped generating, lower-cased, or None when it did not say."""
+    meta = message.response_metadata
+    for key in STOP_REASON_KEYS:
+        if value := meta.get(key):
+            return str(getattr(value, "name", value)).lower()  # Gemini may hand over an enum
+    details = meta.get("incomplete_details")  # OpenAI's Responses API
+    if isinstance(details, Mapping) and details.get("reason"):
+        return str(details["reason"]).lower()
+    return None
+
+
+def is_cut_off(message: BaseMessage) -> bool:
+    """Whether the reply stopped at the output token limit rather than where the model chose."""
+    return stop_reason(message) in CUT_OFF_REASONS
+
+
+def stable_call_id(reply_id: str, index: int) -> str:
+    """A call id derived from the reply and the call's position: the same inputs, the same id.
+
+    Short and `[A-Za-z0-9_]` only, which every provider accepts (OpenAI caps ids at 40).
+    """
+    digest = hashlib.sha256(f"{reply_id}#{index}".encode()).hexdigest()[:24]
+    return f"call_{digest}"
+
+
+def with_stable_call_ids(reply: AIMessage) -> AIMessage:
+    """The reply with a unique id on every call, valid or not (the reply itself if all had one).
+
+    The first call to use an id keeps it; a missing or repeated id is replaced
+    by `stable_call_id`, and the matching content block is patched alike. An
+    unparseable call without a name gets `UNNAMED_TOOL`.
+    """
+    calls: Sequence[Mapping[str, Any]] = [*reply.tool_calls, *reply.invalid_tool_calls]
+    ids = [c.get("id") for c in calls]
+    if all(ids) and len(set(ids)) == len(ids) and all(c.get("name") for c in calls):
+        return reply
+    reply_id = reply.id or f"run-{uuid.uuid4()}"
+    seen: set[str] = set()
+    renamed: list[tuple[str | None, str]] = []
+    fixed: list[dict[str, Any]] = []
+    for index, call in enumerate(calls):
+        call_id = call.get("id")
+        if not call_id or call_id in seen:
+            call_id = stable_call_id(reply_id, index)
+            renamed.append((call.get("id"), call_id))
+        seen.add(call_id)
+        fixed.append({**call, "id": call_id, "name": call.get("name") or UNNAMED_TOOL})
+    valid = len(reply.tool_calls)
+    return reply.model_copy(
+        update={
+            "id": reply_id,
+            "tool_calls": fixed[:valid],
+            "invalid_tool_calls": fixed[valid:],
+            "content": _renamed_blocks(reply.content, renamed),
+        }
+    )
+
+
+def _renamed_blocks(content: str | list, renamed: list[tuple[str | None, str]]) -> str | list:
+    """Content blocks of calls carry the new ids too, matched the way the calls were."""
+    if isinstance(content, str) or not renamed:
+        return content
+    pending, seen, out = list(renamed), set(), []
+    for block in content:
+        if isinstance(block, dict) and block.get("type") in CALL_BLOCK_TYPES:
+            old = block.get("id")
+            match = next((p for p in pending if p[0] == old), None)
+            if (not old or old in seen) and match is not None:
+                pending.remove(match)
+                block = {**block, "id": match[1]}
+            seen.add(block.get("id"))
+        out.append(block)
+    return out
+
+
+def closing_results(reply: AIMessage) -> list[ToolMessage]:
+    """Error results for the calls the loop answers instead of running them.
+
+    A cut-off reply's calls, all of them; otherwise every unparseable call,
+    carrying its parse error. Expects ids made stable first.
+    """
+    if is_cut_off(reply):
+        return [truncated_result(c) for c in reply.tool_calls] + [
+            truncated_result(c, c.get("error")) for c in reply.invalid_tool_calls
+        ]
+    return [invalid_call_result(c, c.get("error")) for c in reply.invalid_tool_calls]
