@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -107,6 +108,24 @@ def postgres_url() -> str:
     except Exception as exc:
         service_missing(f"Postgres at {POSTGRES_URL} is not reachable ({exc.__class__.__name__})")
     return POSTGRES_URL
+
+
+@pytest.fixture
+def fresh_postgres_url(postgres_url: str) -> Iterator[str]:
+    """A database of its own on the machine's Postgres, dropped afterwards.
+
+    For tests that scan every session (recovery at start, pruning): on the
+    shared `test` database they would also meet what earlier runs left."""
+    import psycopg
+
+    name = f"cyrene_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f'create database "{name}"')
+    try:
+        yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(f'drop database if exists "{name}" with (force)')
 
 
 @pytest.fixture(scope="session")
