@@ -11,6 +11,8 @@ from text:
 
 Rendering only adds system messages: it never edits, reorders or drops a
 message, and when no message carries an explicit label it renders nothing.
+Names inside a note are quoted with `nodes.sanitize.quoted`, so a display name
+can neither close its 「…」 nor start a line of system text of its own.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+
+from nodes.sanitize import quoted, single_line
 
 ROLE_CONTEXT_MARKER = "[会话角色] "
 SPEAKER_SWITCH_MARKER = "[发言归属] "
@@ -88,8 +92,8 @@ def speaker_label(persona_id: str, display_name: NameLookup) -> str:
     """`「name」（id）`, or `「id」` when the name is unknown, blank or equal to the id."""
     name = (display_name(persona_id) or "").strip()
     if not name or name == persona_id:
-        return f"「{persona_id}」"
-    return f"「{name}」（{persona_id}）"
+        return quoted(persona_id)
+    return f"{quoted(name)}（{single_line(persona_id)}）"
 
 
 def role_declaration(*, restricted: bool, current: str | None, display_name: NameLookup) -> str:
@@ -105,7 +109,7 @@ def speaker_note(speaker: Speaker, *, current: str | None, display_name: NameLoo
         return SPEAKER_SWITCH_MARKER + OWNER_NOTE_BODY
     if speaker.kind == "third_party":
         return (
-            f"{SPEAKER_SWITCH_MARKER}以下发言来自「{speaker.name}」——本会话里的第三方人员"
+            f"{SPEAKER_SWITCH_MARKER}以下发言来自{quoted(speaker.name)}——本会话里的第三方人员"
             "（非管理员账户），不是主人，也不是你说的。"
         )
     label = speaker_label(speaker.name, display_name)
@@ -161,5 +165,5 @@ def describe_speaker(
     if speaker.kind == "owner":
         return "主人"
     if speaker.kind == "third_party":
-        return f"「{speaker.name}」"
+        return quoted(speaker.name)
     return speaker_label(speaker.name, display_name)

@@ -11,7 +11,12 @@ putting attribution into user or assistant text:
   declaration and every note keyed to the message it starts at
   (`第N条起：[发言归属] …`). For providers that reject or hoist system messages
   after the first (Anthropic accepts them only right after a user turn, Gemini
-  hoists them, many local chat templates refuse them).
+  hoists them, many local chat templates refuse them). System text a trusted
+  caller stored in the transcript (`nodes.boundary.Trusted`) goes into the same
+  leading message, keyed the same way (`第N条前：…`).
+
+Names inside notes are already quoted by `nodes.attribution`, so no note can
+span lines: each index entry stays one line.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Literal
 
 from langchain_core.messages import BaseMessage, SystemMessage
 
+from memory.transcript import message_text
 from nodes.attribution import Attribution
 from nodes.knobs import Provider
 
@@ -34,6 +40,7 @@ ENCODING_BY_PROVIDER: dict[Provider, Encoding] = {
     "other": "inline",
 }
 NOTE_INDEX_HEADER = "发言归属索引（按对话中的消息序号，序号从 1 起）："
+SYSTEM_INDEX_HEADER = "对话中的系统消息（按对话中的消息序号，序号从 1 起）："
 # OpenAI's `name` field accepts only these; a nickname like 小明 is rejected
 # with a 400. The notes already carry attribution, so such names are omitted
 # from the request copy (the stored message keeps its name).
@@ -43,9 +50,7 @@ _OPENAI_SAFE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 def without_unsafe_names(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     """Request copies of the messages, minus `name`s the OpenAI API would reject."""
     return [
-        m.model_copy(update={"name": None})
-        if getattr(m, "name", None) and not _OPENAI_SAFE_NAME.match(m.name)
-        else m
+        m.model_copy(update={"name": None}) if m.name and not _OPENAI_SAFE_NAME.match(m.name) else m
         for m in messages
     ]
 
@@ -62,12 +67,17 @@ def encode_for_provider(
         texts.append(attribution.declaration)
     conversation: list[BaseMessage] = []
     index_lines: list[str] = []
+    system_lines: list[str] = []
     for position, message in enumerate(attribution.conversation):
         if position in attribution.notes:
             index_lines.append(f"第{len(conversation) + 1}条起：{attribution.notes[position]}")
+        elif isinstance(message, SystemMessage):
+            system_lines.append(f"第{len(conversation) + 1}条前：{message_text(message)}")
         else:
             conversation.append(message)
     if index_lines:
         texts.append(NOTE_INDEX_HEADER + "\n" + "\n".join(index_lines))
+    if system_lines:
+        texts.append(SYSTEM_INDEX_HEADER + "\n" + "\n".join(system_lines))
     head = [SystemMessage("\n\n".join(texts))] if texts else []
     return [*head, *conversation]

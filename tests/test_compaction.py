@@ -8,6 +8,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langchain_core.messages.utils import count_tokens_approximately
 
 from graph import SessionEnv, build_graph, open_checkpointer
+from nodes.boundary import Trusted
 from nodes.compaction import SUMMARY_PREFIX, LLMCompactor, plan_cut
 from nodes.transcript import turn_start
 from tests.conftest import make_config, thread
@@ -39,7 +40,7 @@ def run(messages, budget, **overrides):
     with open_checkpointer("memory") as saver:
         graph = build_graph(make_config(model, max_context_tokens=budget, **overrides), saver)
         out = graph.invoke(
-            {"messages": messages}, thread("c"), context=overrides.pop("env", SessionEnv())
+            Trusted({"messages": messages}), thread("c"), context=overrides.pop("env", SessionEnv())
         )
     return model.requests[0].messages, out
 
@@ -100,12 +101,12 @@ def test_llm_compactor_summarises_only_what_is_new():
     config = make_config(model, max_context_tokens=260, compactor=LLMCompactor(summariser))
     with open_checkpointer("memory") as saver:
         graph = build_graph(config, saver)
-        graph.invoke({"messages": history(8)}, thread("l"))
+        graph.invoke(Trusted({"messages": history(8)}), thread("l"))
         more = [HumanMessage(f"新问题{i}" + "字" * 40, id=f"n{i}") for i in range(6)]
         extra = []
         for m in more[:-1]:
             extra += [m, AIMessage("新回答" + "字" * 40, id=f"r{m.id}")]
-        graph.invoke({"messages": [*extra, more[-1]]}, thread("l"))
+        graph.invoke(Trusted({"messages": [*extra, more[-1]]}), thread("l"))
     first, second = (r.messages[1].content for r in summariser.requests)
     assert first.startswith("已有摘要：\n（无）") and "[用户] 第0个问题" in first
     assert (
@@ -121,7 +122,7 @@ def test_tool_results_stay_with_their_call_in_the_kept_tail():
     model = ScriptedChatModel(script=[tool_calls(call("get_time", "t1")), AIMessage("八点半")])
     with open_checkpointer("memory") as saver:
         graph = build_graph(make_config(model, max_context_tokens=200), saver)
-        graph.invoke({"messages": messages}, thread("t"))
+        graph.invoke(Trusted({"messages": messages}), thread("t"))
     second = model.requests[1].messages
     kinds = [type(m).__name__ for m in second if not isinstance(m, SystemMessage)]
     assert kinds[-3:] == ["HumanMessage", "AIMessage", "ToolMessage"]

@@ -86,7 +86,8 @@ def test_url_images_keep_their_url():
 
 def test_bad_images_become_placeholders_and_the_turn_goes_on():
     describer = Describer()
-    content = [image("not base64!!"), image(base64.b64encode(b"x" * 2048).decode())]
+    oversized = base64.b64encode(PNG[:8] + b"x" * 2040).decode()  # a 2,048-byte PNG
+    content = [image("not base64!!"), image(oversized)]
     model, out = send(content, vision=describer, model_accepts_images=False, max_image_bytes=1024)
     texts = [b["text"] for b in model.requests[0].messages[-1].content]
     assert texts[0] == "[图片：图片数据无法解码，未能识别]"

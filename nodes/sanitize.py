@@ -1,0 +1,79 @@
+"""Text hygiene at the boundary: one policy for surrogates, ids and display names.
+
+- **Lone surrogates** (code points U+D800–U+DFFF that are not half of a pair)
+  cannot be encoded as UTF-8: databases store them as `?` or refuse them, and
+  provider SDKs fail to serialise them. Every piece of text a run brings in
+  (message text, names, working memory) has them replaced with U+FFFD; a
+  well-formed pair becomes the character it encodes.
+- **Ids** (thread, session, turn, message) are keys, not text to repair: one
+  with a NUL or a lone surrogate is refused.
+- **Display names** come from strangers. They are normalised once (whitespace
+  collapsed, control and format characters dropped, length capped) and, in
+  notes, quoted so that they can neither close the quote nor start a line.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Any
+from uuid import UUID
+
+MAX_NAME_CHARS = 32
+UNNAMED_MEMBER = "未命名成员"
+"""The label of a third party whose display name is empty once normalised (never the owner)."""
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# Control, format (zero-width, bidi overrides) and line/paragraph separators.
+_INVISIBLE = frozenset({"Cc", "Cf", "Zl", "Zp"})
+# Brackets that would close or open the 「…」 quote around a name in a note.
+_QUOTE_SAFE = str.maketrans({"「": "『", "」": "』", "｢": "『", "｣": "』"})
+
+
+def clean_text(text: str) -> str:
+    """`text` with lone surrogates replaced by U+FFFD (and surrogate pairs joined)."""
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def check_id(what: str, value: Any) -> None:
+    """Refuse an id that no database stores faithfully: not text, a NUL, a lone surrogate.
+
+    Ints and UUIDs are accepted as they are (savers key on their `str`).
+    """
+    if isinstance(value, (int, UUID)) and not isinstance(value, bool):
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, got {type(value).__name__}")
+    if "\x00" in value:
+        raise ValueError(f"{what} {value!r} contains a NUL character")
+    if _SURROGATE.search(value):
+        raise ValueError(f"{what} {value!r} is not valid UTF-8 (it holds a lone surrogate)")
+
+
+def single_line(text: str) -> str:
+    """Visible text on one line: whitespace runs become one space, invisible characters go."""
+    kept = (
+        " " if ch.isspace() else ch
+        for ch in clean_text(text)
+        if ch.isspace() or unicodedata.category(ch) not in _INVISIBLE
+    )
+    return " ".join("".join(kept).split())
+
+
+def display_name(raw: str) -> str:
+    """A display name as the loop keeps it: one visible line of at most `MAX_NAME_CHARS`.
+
+    Idempotent; '' when nothing visible is left.
+    """
+    return single_line(raw)[:MAX_NAME_CHARS].rstrip()
+
+
+def quoted(name: str) -> str:
+    """`「name」` that stays one quote on one line whatever `name` holds.
+
+    Ordinary names are unchanged (DESIGN §6 wire strings); corner brackets
+    inside become white ones, line breaks become spaces.
+    """
+    return "「" + single_line(name).translate(_QUOTE_SAFE) + "」"
