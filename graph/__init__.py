@@ -2,7 +2,12 @@
 
 from graph.builder import build_graph
 from graph.checkpoint import open_checkpointer
-from memory.background import wait_for_extractions
+from graph.extractions import aresume_extractions, resume_extractions
+from graph.retention import PruneReport, prune_checkpoints
+from graph.sessions import SessionBusyError, SessionWaitTimeout
+from graph.shutdown import GracefulStop, StopRequested, arun_turn, run_turn
+from memory.background import JobStats, extraction_stats, wait_for_extractions
+from nodes.boundary import Trusted
 from nodes.capacity import CapacityEvent, CapacityPolicy, Tier
 from nodes.config import LoopConfig, Persona
 from nodes.env import SessionEnv
@@ -14,16 +19,29 @@ __all__ = [
     "AuditEvent",
     "CapacityEvent",
     "CapacityPolicy",
+    "GracefulStop",
     "Guard",
+    "JobStats",
     "KeywordGuard",
     "LoopConfig",
     "LoopState",
     "Persona",
+    "PruneReport",
+    "SessionBusyError",
     "SessionEnv",
+    "SessionWaitTimeout",
+    "StopRequested",
     "Tier",
     "ToolHooks",
+    "Trusted",
     "TurnInput",
+    "aresume_extractions",
+    "arun_turn",
     "build_graph",
+    "extraction_stats",
     "open_checkpointer",
+    "prune_checkpoints",
+    "resume_extractions",
+    "run_turn",
     "wait_for_extractions",
 ]

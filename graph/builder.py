@@ -16,7 +16,7 @@ no turn-end hook) are routed around at build time.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from langchain_core.messages import ToolCall
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -77,10 +77,17 @@ def route_after_model(sequential: bool, turn_end: str, round_start: str, max_rou
     return inline(route_after_model)
 
 
+class FixedRouteInput(TypedDict, total=False):
+    """What a fixed route reads of the state: one small key. Reading `messages`
+    would fold the step's writes into the whole transcript for nothing."""
+
+    mood: Any
+
+
 def fixed_route(target: str):
     """A router that always picks `target` (the stages that are on decide it at build time)."""
 
-    def route(state: LoopState) -> str:
+    def route(state: FixedRouteInput) -> str:
         return target
 
     return inline(route)

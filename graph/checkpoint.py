@@ -10,20 +10,34 @@ Tables are created on entry, so a fresh database works at once.
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
     AsyncExitStack,
     ExitStack,
+    asynccontextmanager,
+    contextmanager,
 )
 from pathlib import Path
 from types import TracebackType
+from typing import Any
+from weakref import WeakKeyDictionary
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
 SQLITE_PREFIX = "sqlite:///"
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+_URLS: WeakKeyDictionary[BaseCheckpointSaver, str] = WeakKeyDictionary()
+
+
+def saver_url(saver: BaseCheckpointSaver) -> str | None:
+    """The URL `open_checkpointer` opened `saver` from (None for any other saver):
+    the session lock reaches the same database by it."""
+    return _URLS.get(saver)
 
 
 def sqlite_path(url: str) -> Path:
@@ -84,7 +98,9 @@ class open_checkpointer(AbstractContextManager, AbstractAsyncContextManager):
             )
         else:
             saver = self._stack.enter_context(_postgres().from_conn_string(self.url))
-        saver.setup()
+        with _one_setup_at_a_time(self.url):
+            saver.setup()
+        _URLS[saver] = self.url
         return saver
 
     def __exit__(
@@ -110,7 +126,9 @@ class open_checkpointer(AbstractContextManager, AbstractAsyncContextManager):
             saver = await self._astack.enter_async_context(
                 _postgres(asynchronous=True).from_conn_string(self.url)
             )
-        await saver.setup()
+        async with _aone_setup_at_a_time(self.url):
+            await saver.setup()
+        _URLS[saver] = self.url
         return saver
 
     async def __aexit__(
@@ -121,6 +139,49 @@ class open_checkpointer(AbstractContextManager, AbstractAsyncContextManager):
     ) -> None:
         if self._astack is not None:
             await self._astack.aclose()
+
+
+_SETUP_LOCK = 0x6379_7265_6E65  # an advisory-lock key of its own ("cyrene")
+_SETUP_POLL = 0.05
+_TRY_SETUP_LOCK = "SELECT pg_try_advisory_lock(%s)"
+
+
+def _took(row: tuple[Any, ...] | None) -> bool:
+    """Whether `pg_try_advisory_lock` answered true."""
+    return bool(row and row[0])
+
+
+@contextmanager
+def _one_setup_at_a_time(url: str) -> Iterator[None]:
+    """LangGraph's `PostgresSaver.setup` fails when several processes first open a
+    fresh database at once (duplicate migration rows, deadlocks): workers starting
+    together take turns through an advisory lock held on a connection of its own.
+
+    Waiters poll instead of blocking in `pg_advisory_lock`: a blocked statement is an
+    open transaction, and the holder's `CREATE INDEX CONCURRENTLY` would wait for it."""
+    if not url.startswith(POSTGRES_PREFIXES):
+        yield
+        return
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        while not _took(conn.execute(_TRY_SETUP_LOCK, (_SETUP_LOCK,)).fetchone()):
+            time.sleep(_SETUP_POLL)
+        yield  # closing the connection releases the lock
+
+
+@asynccontextmanager
+async def _aone_setup_at_a_time(url: str) -> AsyncIterator[None]:
+    """`_one_setup_at_a_time` for an async saver."""
+    if not url.startswith(POSTGRES_PREFIXES):
+        yield
+        return
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        while not _took(await (await conn.execute(_TRY_SETUP_LOCK, (_SETUP_LOCK,))).fetchone()):
+            await asyncio.sleep(_SETUP_POLL)
+        yield
 
 
 def _postgres(asynchronous: bool = False):

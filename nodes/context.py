@@ -18,16 +18,19 @@ from zoneinfo import ZoneInfo
 
 from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.prebuilt import ToolRuntime
 from langgraph.runtime import Runtime
 
 from memory.block import format_memory_block
 from nodes.attribution import attribute_conversation
 from nodes.compaction import Summary, summary_message, uncovered_start
+from nodes.compat import RunnableCallable
 from nodes.encoding import encode_for_provider, without_unsafe_names
 from nodes.env import SessionEnv
 from nodes.loop import Loop
+from nodes.offload import off_loop, view_blocks
 from nodes.state import LoopState
-from nodes.transcript import annotations, current_round, latest_user_text
+from nodes.transcript import annotations_of, current_round, latest_user_text
 
 log = logging.getLogger("cyrene.context")
 
@@ -35,7 +38,7 @@ WORKING_MEMORY_PREFIX = "工作记忆: "
 _WEEKDAYS = "一二三四五六日"
 
 
-def env_of(runtime: Runtime[SessionEnv] | None) -> SessionEnv:
+def env_of(runtime: Runtime[SessionEnv] | ToolRuntime[Any, Any] | None) -> SessionEnv:
     """The run's SessionEnv; a run started without one is the owner's.
 
     The boundary (`nodes.boundary.admit`) refuses any other context, so
@@ -57,7 +60,7 @@ def time_block(now: datetime, zone: ZoneInfo) -> str:
 
 def is_hidden(message: BaseMessage) -> bool:
     """Messages a guard blocked stay in the transcript but never reach the model."""
-    return bool(annotations(message).get("hidden"))
+    return bool(annotations_of(message).get("hidden"))
 
 
 def memory_block(loop: Loop, env: SessionEnv, persona_id: str | None, query: str) -> str:
@@ -159,8 +162,9 @@ def view_of_state(
     )
 
 
-def make_assemble_context(loop: Loop):
+def make_assemble_context(loop: Loop) -> RunnableCallable:
     """The `assemble_context` node: publishes this round's model view."""
+    hops = view_blocks(loop.config)
 
     def assemble_context(
         state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]
@@ -168,4 +172,12 @@ def make_assemble_context(loop: Loop):
         """Build the model's view for this round (instructions, time, memories, attribution)."""
         return {"model_view": view_of_state(loop, env_of(runtime), state)}
 
-    return assemble_context
+    async def aassemble_context(
+        state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]
+    ) -> dict[str, Any]:
+        """Build the model's view for this round (instructions, time, memories, attribution)."""
+        return await off_loop(hops, config, assemble_context, state, config, runtime)
+
+    return RunnableCallable(
+        assemble_context, aassemble_context, name="assemble_context", trace=False
+    )

@@ -53,6 +53,7 @@ class Loop:
     persona_models: dict[str, BaseChatModel] = field(default_factory=dict)
     tools_by_name: dict[str, BaseTool] = field(default_factory=dict)
     jobs: BackgroundJobs = field(default_factory=BackgroundJobs)
+    providers: dict[int, tuple[BaseChatModel, Provider]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_config(cls, config: LoopConfig) -> Loop:
@@ -101,7 +102,13 @@ class Loop:
         return self.persona_models.get(persona_id or "", self.default_model)
 
     def provider_for(self, persona_id: str | None) -> Provider:
-        return provider_of(self.model_for(persona_id))
+        """The persona's provider family, worked out once per model (LangChain's answer
+        costs ~50 µs a call). Keyed by the model, so a `replace`d Loop shares it safely."""
+        model = self.model_for(persona_id)
+        known = self.providers.get(id(model))
+        if known is None or known[0] is not model:
+            known = self.providers[id(model)] = (model, provider_of(model))
+        return known[1]
 
     def encoding_for(self, persona_id: str | None) -> Encoding:
         """The configured attribution encoding, or the one the persona's provider needs."""

@@ -11,7 +11,6 @@ may veto, then the call runs and `after_call` sees the result.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 from langchain_core.messages import ToolMessage
@@ -22,6 +21,7 @@ from langgraph.types import Command
 from nodes.context import env_of
 from nodes.env import SessionEnv
 from nodes.loop import Loop
+from nodes.offload import off_loop, policy_blocks, report_blocks
 from nodes.tool_policy import (
     AuditEvent,
     denied_in_restricted,
@@ -44,7 +44,7 @@ def audit_denial(loop: Loop, request: ToolCallRequest, env: SessionEnv) -> None:
         session_id=loop.session_id(env, runtime.config),
         turn_id=loop.turn_id(env, state.get("messages", [])),
         reason="tool not in restricted_tools",
-        tool_call_id=call["id"],
+        tool_call_id=str(call["id"]),  # ids are made stable before any call runs
     )
     run_hook("on_audit", loop.config.on_audit, event)
     if runtime.stream_writer is not None:
@@ -82,14 +82,17 @@ def make_dispatch_tools(loop: Loop) -> ToolNode:
         report_call(loop, request, result)
         return result
 
+    vet_hops, report_hops = policy_blocks(loop.config), report_blocks(loop.config)
+
     async def aguarded(
         request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolOutcome]]
     ):
         # Audit sinks and hooks may block (files, HTTP): keep them off the event loop.
-        if (refused := await asyncio.to_thread(refusal, loop, request)) is not None:
+        config = request.runtime.config
+        if (refused := await off_loop(vet_hops, config, refusal, loop, request)) is not None:
             return refused
         result = await execute(request)
-        await asyncio.to_thread(report_call, loop, request, result)
+        await off_loop(report_hops, config, report_call, loop, request, result)
         return result
 
     return ToolNode(

@@ -6,7 +6,7 @@ current turn starts, which round it is in, which tool calls are unanswered.
 """
 
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from langchain_core.messages import (
     AIMessage,
@@ -22,11 +22,13 @@ from nodes.replies import is_cut_off
 
 MessageT = TypeVar("MessageT", bound=BaseMessage)
 INTERRUPTED_PREFIX = "interrupted"
+COLLIDED_SUFFIX = "#human"
+"""Appended to an inbound message id that a reply or tool result already carries."""
 ANNOTATION_KEY = "cyrene"
 """`response_metadata` key under which the loop annotates messages (mood, guard blocks, images)."""
 
 
-def annotations(message: BaseMessage) -> dict:
+def annotations_of(message: BaseMessage) -> dict[str, Any]:
     """The loop's annotations on a message ({} when none)."""
     return message.response_metadata.get(ANNOTATION_KEY) or {}
 
@@ -34,7 +36,7 @@ def annotations(message: BaseMessage) -> dict:
 def annotated(message: MessageT, **fields: object) -> MessageT:
     """A copy of the message with `fields` merged into its annotations."""
     meta = message.response_metadata
-    merged = {**meta, ANNOTATION_KEY: {**annotations(message), **fields}}
+    merged = {**meta, ANNOTATION_KEY: {**annotations_of(message), **fields}}
     return message.model_copy(update={"response_metadata": merged})
 
 
@@ -146,3 +148,23 @@ def last_batch(messages: Sequence[BaseMessage]) -> tuple[list[ToolCall], list[To
         if isinstance(message, HumanMessage):
             break
     return [], []
+
+
+def kept_apart(current: Sequence[BaseMessage], write: Any) -> Any:
+    """`write` with each human message whose id belongs to a stored non-human message re-id'd.
+
+    Re-sending a human message under its id still replaces it (that is how a
+    retried message is stored once); only a collision across kinds is moved
+    to a derived id, the same on every replay.
+    """
+    batch = write if isinstance(write, list) else [write]
+    if not any(isinstance(m, HumanMessage) and m.id for m in batch):
+        return write
+    taken = {m.id for m in current if not isinstance(m, HumanMessage)}
+    moved = [
+        m.model_copy(update={"id": f"{m.id}{COLLIDED_SUFFIX}"})
+        if isinstance(m, HumanMessage) and m.id in taken
+        else m
+        for m in batch
+    ]
+    return moved if isinstance(write, list) else moved[0]

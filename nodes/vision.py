@@ -86,14 +86,15 @@ def model_accepts_images(loop: Loop) -> bool:
 
 
 def make_resolve_vision(loop: Loop):
-    describe = describer_for(loop.config.vision) if loop.config.vision is not None else None
-    keep = describe is None or model_accepts_images(loop)
+    vision = loop.config.vision
+    # Images pass through when nothing describes them or the model sees them itself.
+    describe = None if vision is None or model_accepts_images(loop) else describer_for(vision)
 
     def resolve_vision(state: LoopState, config: RunnableConfig) -> dict[str, Any]:
         """Fold this turn's images into text descriptions when the model can't see them."""
-        if keep:
+        if describe is None:
             return {}
-        messages: list[BaseMessage] = state["messages"]
+        messages = state["messages"]
         cache = dict(state.get("image_descriptions") or {})
         updated: list[BaseMessage] = []
         for message in messages[turn_start(messages) :]:

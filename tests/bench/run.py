@@ -26,6 +26,7 @@ from langchain_core.tools import tool
 
 from graph import LoopConfig, Persona, build_graph, open_checkpointer, wait_for_extractions
 from memory import MemoryItem, MemoryStore, Scope
+from tests.bench.traffic import bench_traffic
 from tests.scripted import ScriptedChatModel, call
 from tests.test_durability import crash_and_resume, resumed_exactly
 
@@ -364,6 +365,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         bench_orchestration(repeat)
+        for cells in bench_traffic(args.quick):  # session lock, 50 sessions, group burst
+            row(*cells)
         bench_background_extraction(8 if args.quick else 20, folder)
         bench_parallel_tools()
         bench_checkpoint_growth(folder)

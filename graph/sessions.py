@@ -1,0 +1,292 @@
+"""One turn at a time per session (thread id), and what a message arriving mid-turn gets.
+
+`LoopConfig.busy_policy` decides:
+
+- `merge` (default): the call waits; when the running turn ends, one turn
+  answers every message that waited (with the same `SessionEnv` and extra
+  input), each keeping its own speaker. The call that arrived first runs it
+  and streams it; the others return that turn's final state.
+- `enqueue`: the call waits for a turn of its own; turns run in arrival order.
+- `reject`: `SessionBusyError` at once; nothing is stored.
+
+A waiting call gives up after `busy_timeout` seconds with `SessionWaitTimeout`
+(a `TimeoutError`); its message is then not stored. A message a turn has
+already taken is never withdrawn: its caller waits for that turn instead.
+
+The lock lives where the checkpoints live: savers from `open_checkpointer`
+lock across processes (a lock row or a Postgres advisory lock, plus an inbox
+table in the same database, so a turn in one process answers messages waiting
+in another); any other saver (the in-memory one, or one the caller built)
+locks within this process only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, NoReturn
+from weakref import WeakKeyDictionary, WeakValueDictionary
+
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from graph.checkpoint import POSTGRES_PREFIXES, SQLITE_PREFIX, saver_url
+from graph.session_ledger import Answered, Claim, Entry, Ledger, MemoryLedger, PlaceLost, Ring
+from nodes.env import SessionEnv
+
+log = logging.getLogger("cyrene.sessions")
+
+BusyPolicy = Literal["merge", "enqueue", "reject"]
+
+
+class SessionBusyError(RuntimeError):
+    """The session is running a turn, and this call may not wait for it."""
+
+
+class SessionWaitTimeout(SessionBusyError, TimeoutError):
+    """A call waited `busy_timeout` seconds for its session; its message was not stored."""
+
+
+# -- which ledger a saver's sessions use -------------------------------------------------
+
+_BY_SAVER: WeakKeyDictionary[BaseCheckpointSaver, Ledger] = WeakKeyDictionary()
+_BY_PLACE: WeakValueDictionary[str, Ledger] = WeakValueDictionary()
+_REGISTRY = threading.Lock()
+
+
+def ledger_for(saver: BaseCheckpointSaver) -> Ledger:
+    """The ledger of the database `saver` writes to; one per database and process."""
+    with _REGISTRY:
+        if (ledger := _BY_SAVER.get(saver)) is None:
+            ledger = _BY_SAVER[saver] = _open_ledger(saver)
+        return ledger
+
+
+def _open_ledger(saver: BaseCheckpointSaver) -> Ledger:
+    """A database ledger for savers `open_checkpointer` made; an in-process one otherwise."""
+    url = saver_url(saver) or ""
+    if url.startswith(SQLITE_PREFIX):
+        place = "sqlite:" + str(Path(url[len(SQLITE_PREFIX) :]).resolve())
+    elif url.startswith(POSTGRES_PREFIXES):
+        place = url
+    else:
+        return MemoryLedger()
+    if (ledger := _BY_PLACE.get(place)) is None:
+        ledger = _BY_PLACE[place] = _database_ledger(place, saver)
+    return ledger
+
+
+def _database_ledger(place: str, saver: BaseCheckpointSaver) -> Ledger:
+    from graph.session_databases import PostgresLedger, SqliteLedger
+
+    if place.startswith("sqlite:"):
+        return SqliteLedger(Path(place.removeprefix("sqlite:")), saver.serde)
+    return PostgresLedger(place, saver.serde)
+
+
+def queued(graph: Any, thread_id: str) -> int:
+    """How many calls wait for the session's next turn (0 for a graph without a saver)."""
+    saver = getattr(graph, "checkpointer", None)
+    if not isinstance(saver, BaseCheckpointSaver):
+        return 0
+    return ledger_for(saver).queued(thread_id)
+
+
+# -- admission ------------------------------------------------------------------------------
+
+
+def session_of(config: RunnableConfig | None) -> str | None:
+    """The thread a run locks; None inside a parent graph's run or without a thread id."""
+    configurable = (config or {}).get("configurable") or {}
+    if configurable.get("checkpoint_ns"):
+        return None
+    thread = configurable.get("thread_id")
+    return None if thread is None else str(thread)
+
+
+def with_ids(input: Any) -> Any:
+    """The input with an id on every message, so the call can tell when it is stored."""
+    if not isinstance(input, dict) or not isinstance(input.get("messages"), list):
+        return input
+    messages = [
+        m
+        if not isinstance(m, BaseMessage) or m.id
+        else m.model_copy(update={"id": str(uuid.uuid4())})
+        for m in input["messages"]
+    ]
+    return {**input, "messages": messages}
+
+
+def group_of(input: Any, context: Any, config: RunnableConfig | None) -> str | None:
+    """Calls that may share a turn: same context, same extra input, same checkpoint."""
+    if not isinstance(input, dict):
+        return None  # a resume runs alone
+    env = context if isinstance(context, SessionEnv) else SessionEnv()
+    extras = sorted((k, v) for k, v in input.items() if k != "messages")
+    fork = ((config or {}).get("configurable") or {}).get("checkpoint_id")
+    # Compared across processes, so built of plain values' reprs (a pydantic repr is slow).
+    return repr((sorted(vars(env).items()), extras, fork))
+
+
+def entry_for(thread_id: str, input: Any, context: Any, config: RunnableConfig | None) -> Entry:
+    """The call's entry in the ledger; its group is worked out only if it has to wait."""
+    messages = input.get("messages", []) if isinstance(input, dict) else []
+    return Entry(
+        thread_id,
+        [m for m in messages if isinstance(m, BaseMessage)],
+        lambda: group_of(input, context, config),
+    )
+
+
+def merged_input(claim: Claim, input: dict) -> dict:
+    """The turn's input: the caller's messages, then every merged caller's, in arrival order."""
+    if not claim.merged:
+        return input
+    return {
+        **input,
+        "messages": [*input["messages"], *(m for e in claim.merged for m in e.messages)],
+    }
+
+
+# -- waiting for the session ----------------------------------------------------------------
+
+
+@dataclass
+class _Call:
+    """A ledger operation: run in place, or on a thread when the ledger's database blocks."""
+
+    fn: Callable[..., Any]
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+
+    def run(self) -> Any:
+        return self.fn(*self.args, **self.kwargs)
+
+    async def arun(self, blocking: bool) -> Any:
+        if blocking:
+            return await asyncio.to_thread(self.fn, *self.args, **self.kwargs)
+        return self.run()
+
+
+@dataclass
+class _Pause:
+    """Wait for the session's doorbell, at most `seconds`."""
+
+    ring: Ring
+    seconds: float
+
+    def run(self) -> None:
+        self.ring.wait(self.seconds)
+
+    async def arun(self, blocking: bool) -> None:
+        await self.ring.wait_async(self.seconds)
+
+
+Step = _Call | _Pause
+
+
+@dataclass
+class SessionGate:
+    """A call's way through one session's lock, under one policy."""
+
+    ledger: Ledger
+    policy: BusyPolicy
+    timeout: float
+
+    def _steps(self, entry: Entry) -> Generator[Step, Any, Claim | Answered]:
+        """The waiting, as steps the sync and async drivers below carry out."""
+        merge, queue = self.policy == "merge", self.policy != "reject"
+        outcome = yield _Call(self.ledger.enter, (entry,), {"merge": merge, "queue": queue})
+        if outcome is None and not queue:
+            raise SessionBusyError(
+                f"session {entry.thread_id!r} is running a turn (busy_policy='reject'); "
+                "nothing was stored, send again later"
+            )
+        deadline = time.monotonic() + self.timeout
+        while outcome is None:
+            ring = self.ledger.bell.arm(entry.thread_id)
+            try:
+                outcome = yield _Call(self.ledger.poll, (entry,), {"merge": merge})
+                left = deadline - time.monotonic()
+                if outcome is None and left <= 0 and (yield _Call(self.ledger.withdraw, (entry,))):
+                    raise SessionWaitTimeout(
+                        f"session {entry.thread_id!r}: waited {self.timeout:g} s for the running "
+                        "turn to end; the message was not stored"
+                    )
+                if outcome is None:
+                    yield _Pause(ring, min(self.ledger.poll_every, max(left, 0.001)))
+            finally:
+                self.ledger.bell.disarm(entry.thread_id, ring)
+        return outcome
+
+    def wait_turn(self, entry: Entry) -> Claim | Answered:
+        """Block until the call holds the session, or another caller's turn answered it."""
+        steps, result = self._steps(entry), None
+        try:
+            while True:
+                result = steps.send(result).run()
+        except StopIteration as done:
+            return done.value
+        except BaseException as exc:
+            steps.close()
+            self._give_up(entry, exc)
+
+    async def await_turn(self, entry: Entry) -> Claim | Answered:
+        """`wait_turn` for a coroutine: the event loop runs on while the call waits."""
+        steps, result = self._steps(entry), None
+        try:
+            while True:
+                result = await steps.send(result).arun(self.ledger.blocking)
+        except StopIteration as done:
+            return done.value
+        except BaseException as exc:
+            steps.close()
+            self._give_up(entry, exc)
+
+    def _give_up(self, entry: Entry, exc: BaseException) -> NoReturn:
+        """The call stops waiting (timed out, cancelled, failed): it leaves no entry behind."""
+        if not isinstance(exc, SessionBusyError):
+            try:
+                self.ledger.leave(entry)
+            except Exception:
+                log.exception("session %r: could not drop a call that gave up", entry.thread_id)
+        if isinstance(exc, PlaceLost):
+            raise SessionWaitTimeout(f"{exc}; the message was not stored") from exc
+        raise exc
+
+    def release(self, claim: Claim, checkpoint_id: str | None) -> None:
+        self.ledger.release(claim, checkpoint_id)
+
+    async def arelease(self, claim: Claim, checkpoint_id: str | None) -> None:
+        await _Call(self.ledger.release, (claim, checkpoint_id)).arun(self.ledger.blocking)
+
+
+# -- what a call answered by another caller's turn yields -----------------------------------
+
+
+def answered_chunks(values: Any, kwargs: dict[str, Any], default_mode: Any) -> list[Any]:
+    """The final state, once, shaped as this run's `stream_mode` would have shaped it,
+    when the run streams values; nothing otherwise (the turn's tokens and updates
+    went to the caller that ran it)."""
+    mode = kwargs.get("stream_mode") or default_mode
+    modes = [mode] if isinstance(mode, str) else list(mode)
+    if "values" not in modes:
+        return []
+    keys = kwargs.get("output_keys")
+    if isinstance(keys, str):
+        values = values.get(keys)
+    elif keys is not None:
+        values = {k: values[k] for k in keys if k in values}
+    if kwargs.get("version") == "v2":
+        return [{"type": "values", "ns": (), "data": values, "interrupts": ()}]
+    subgraphs, many = kwargs.get("subgraphs"), not isinstance(mode, str)
+    if subgraphs:
+        return [((), "values", values) if many else ((), values)]
+    return [("values", values) if many else values]

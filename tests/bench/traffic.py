@@ -1,0 +1,309 @@
+"""Real traffic on one process: what the session lock costs, turns per second under
+load against `create_agent`, and what `merge` saves on a group burst.
+
+    python -m tests.bench.traffic            # the three benchmarks, as README rows
+    python -m tests.bench.traffic --quick    # shorter runs, to check that it runs
+
+- Lock overhead: the same zero-latency turn (a new thread each time, so the
+  transcript stays short) with the session lock on and off, interleaved, on the
+  in-memory saver and on SQLite.
+- Load: 50 sessions at once on one event loop, each sending plain text turns
+  back to back for `seconds`, to a model that answers after 200 ms of
+  `asyncio.sleep`; ours and `create_agent` on an in-memory saver each, one run
+  of each in turn so machine drift hits both alike. Turns per second counts
+  finished `ainvoke`s; CPU per turn is the process's CPU time over them.
+- Burst: one turn is running when five group members write; model calls
+  until all six are answered, under `merge` and under `enqueue`.
+
+`bench_traffic(quick)` returns the rows for `tests/bench/run.py`'s `row`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+
+from graph import LoopConfig, Persona, SessionEnv, build_graph, open_checkpointer
+from graph.sessions import queued
+
+Row = tuple[str, str, str, float | str, str]
+PERSONAS = {"p": Persona(name="P", instructions="你是P。")}
+REPLY = "嗯，我在听。"
+
+
+class SleepyModel(BaseChatModel):
+    """Answers after `latency` seconds (`asyncio.sleep` on the async path)."""
+
+    latency: float = 0.2
+
+    @property
+    def _llm_type(self) -> str:
+        return "sleepy"
+
+    def _result(self) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(REPLY))])
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
+        time.sleep(self.latency)
+        return self._result()
+
+    async def _agenerate(
+        self, messages: list[BaseMessage], *args: Any, **kwargs: Any
+    ) -> ChatResult:
+        await asyncio.sleep(self.latency)
+        return self._result()
+
+
+class CountingModel(SleepyModel):
+    """A `SleepyModel` that counts its calls and can hold the first one."""
+
+    calls: int = 0
+    hold: Any = None
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
+        self.calls += 1
+        if self.hold is not None and self.calls == 1:
+            started, release = self.hold
+            started.set()
+            release.wait(30)
+        return super()._generate(messages, *args, **kwargs)
+
+
+def ours(model: BaseChatModel, saver: Any, **settings: Any) -> Any:
+    config = LoopConfig(model=model, personas=PERSONAS, default_persona="p", **settings)
+    return build_graph(config, saver)
+
+
+def unlocked(graph: Any) -> Any:
+    """The same graph with the session lock off (what every run did before it existed)."""
+    copy = graph.copy()
+    copy._session = lambda config: None
+    return copy
+
+
+# -- lock overhead ------------------------------------------------------------------
+
+
+def cpu_ms_per_turn(turn: Callable[[], object], turns: int) -> float:
+    """Process CPU time per turn: other processes on a shared machine barely move it."""
+    started = time.process_time()
+    for _ in range(turns):
+        turn()
+    return (time.process_time() - started) / turns * 1000
+
+
+async def acpu_ms_per_turn(turn: Callable[[], Any], turns: int) -> float:
+    started = time.process_time()
+    for _ in range(turns):
+        await turn()
+    return (time.process_time() - started) / turns * 1000
+
+
+def sync_turns(graph: Any) -> Callable[[], object]:
+    ids = iter(range(10**9))
+    tag = f"{id(graph)}-"
+    return lambda: graph.invoke(
+        {"messages": [HumanMessage("你好")]},
+        {"configurable": {"thread_id": f"{tag}{next(ids)}"}},
+    )
+
+
+def lock_overhead(
+    url: str, blocks: int, per_block: int, asynchronous: bool = False
+) -> tuple[float, float]:
+    """CPU ms per turn with the lock on and off: blocks of turns, alternating."""
+    if asynchronous:
+        return asyncio.run(alock_overhead(url, blocks, per_block))
+    with open_checkpointer(url) as saver:
+        locked = ours(SleepyModel(latency=0), saver)
+        turns = {"on": sync_turns(locked), "off": sync_turns(unlocked(locked))}
+        samples: dict[str, list[float]] = {"on": [], "off": []}
+        for block in range(blocks + 1):
+            for name in ("on", "off") if block % 2 else ("off", "on"):
+                cpu = cpu_ms_per_turn(turns[name], per_block)
+                if block:  # the first block warms up
+                    samples[name].append(cpu)
+    return statistics.mean(samples["on"]), statistics.mean(samples["off"])
+
+
+async def alock_overhead(url: str, blocks: int, per_block: int) -> tuple[float, float]:
+    async with open_checkpointer(url) as saver:
+        locked = ours(SleepyModel(latency=0), saver)
+        graphs = {"on": locked, "off": unlocked(locked)}
+        ids = iter(range(10**9))
+
+        def turn(name: str) -> Callable[[], Any]:
+            return lambda: graphs[name].ainvoke(
+                {"messages": [HumanMessage("你好")]},
+                {"configurable": {"thread_id": f"{name}-{next(ids)}"}},
+            )
+
+        samples: dict[str, list[float]] = {"on": [], "off": []}
+        for block in range(blocks + 1):
+            for name in ("on", "off") if block % 2 else ("off", "on"):
+                cpu = await acpu_ms_per_turn(turn(name), per_block)
+                if block:
+                    samples[name].append(cpu)
+    return statistics.mean(samples["on"]), statistics.mean(samples["off"])
+
+
+def bench_lock_overhead(blocks: int, folder: Path) -> list[Row]:
+    rows: list[Row] = []
+    cases = (
+        ("in-memory saver", "memory", 50, False),
+        ("in-memory saver, async", "memory", 50, True),
+        ("SQLite saver", f"sqlite:///{folder}/lock.db", 20, False),  # ~20 ms a turn: fsync
+    )
+    for name, url, per_block, asynchronous in cases:
+        on, off = lock_overhead(url, blocks, per_block, asynchronous)
+        rows.append(
+            (
+                f"turn with the session lock, {name} (CPU ms)",
+                f"{on:.2f}",
+                f"lock off {off:.2f}",
+                on / off,
+                "≤ 1.05×",
+            )
+        )
+    return rows
+
+
+# -- 50 sessions at once ----------------------------------------------------------------
+
+
+async def turn_rate(graph: Any, sessions: int, seconds: float, tag: str) -> tuple[float, float]:
+    """Turns per second and CPU ms per turn, `sessions` sessions sending back to back."""
+    stop = time.monotonic() + seconds
+    done = 0
+
+    async def session(i: int) -> None:
+        nonlocal done
+        n = 0
+        while time.monotonic() < stop:
+            await graph.ainvoke(
+                {"messages": [HumanMessage(f"第{n}句")]},
+                {"configurable": {"thread_id": f"{tag}-{i}"}},
+            )
+            done += 1
+            n += 1
+
+    started, cpu = time.monotonic(), time.process_time()
+    await asyncio.gather(*(session(i) for i in range(sessions)))
+    return done / (time.monotonic() - started), (time.process_time() - cpu) / done * 1000
+
+
+async def load(sessions: int, seconds: float, rounds: int) -> dict[str, list[tuple[float, float]]]:
+    async with open_checkpointer("memory") as ours_saver, open_checkpointer("memory") as peer_saver:
+        graphs = {
+            "ours": ours(SleepyModel(), ours_saver),
+            "peer": create_agent(
+                SleepyModel(), tools=[], system_prompt="你是P。", checkpointer=peer_saver
+            ),
+        }
+        await turn_rate(graphs["ours"], sessions, 1, "warm")
+        await turn_rate(graphs["peer"], sessions, 1, "warm")
+        samples: dict[str, list[tuple[float, float]]] = {"ours": [], "peer": []}
+        for r in range(rounds):
+            for name, graph in graphs.items():
+                samples[name].append(await turn_rate(graph, sessions, seconds, f"{name}{r}"))
+    return samples
+
+
+def bench_load(sessions: int, seconds: float, rounds: int) -> list[Row]:
+    samples = asyncio.run(load(sessions, seconds, rounds))
+    rate = {k: statistics.median(s[0] for s in v) for k, v in samples.items()}
+    cpu = {k: statistics.median(s[1] for s in v) for k, v in samples.items()}
+    return [
+        (
+            f"{sessions} sessions at once, 200 ms model (turns/s)",
+            f"{rate['ours']:.0f}",
+            f"create_agent {rate['peer']:.0f}",
+            rate["ours"] / rate["peer"],
+            "≥ 0.9×",
+        ),
+        (
+            f"  CPU per turn at {sessions} sessions (ms)",
+            f"{cpu['ours']:.2f}",
+            f"create_agent {cpu['peer']:.2f}",
+            cpu["ours"] / cpu["peer"],
+            "reported",
+        ),
+    ]
+
+
+# -- a burst of group messages ------------------------------------------------------
+
+
+def burst_calls(policy: str) -> int:
+    """Model calls until a running turn and five messages sent during it are answered."""
+    started, release = threading.Event(), threading.Event()
+    model = CountingModel(latency=0.01, hold=(started, release))
+    with open_checkpointer("memory") as saver:
+        graph = ours(model, saver, busy_policy=policy)
+        group = SessionEnv(actor="group")
+
+        def send(i: int) -> None:
+            message = HumanMessage(f"第{i}条", name=f"成员{i}")
+            graph.invoke(
+                {"messages": [message]}, {"configurable": {"thread_id": "g"}}, context=group
+            )
+
+        callers = [threading.Thread(target=send, args=(0,))]
+        callers[0].start()
+        started.wait(10)
+        for i in range(1, 6):
+            callers.append(threading.Thread(target=send, args=(i,)))
+            callers[-1].start()
+            while queued(graph, "g") < i:
+                time.sleep(0.001)
+        release.set()
+        for caller in callers:
+            caller.join()
+    return model.calls
+
+
+def bench_burst() -> list[Row]:
+    merged, queued_calls = burst_calls("merge"), burst_calls("enqueue")
+    return [
+        (
+            "a burst of 5 group messages during a turn (model calls)",
+            f"merge {merged}",
+            f"enqueue {queued_calls}",
+            merged / queued_calls,
+            "merge: 2 (the running turn + one for the burst)",
+        )
+    ]
+
+
+def bench_traffic(quick: bool) -> list[Row]:
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = bench_lock_overhead(4 if quick else 20, Path(tmp))
+    rows += bench_load(50, 3 if quick else 8, 1 if quick else 3)
+    return rows + bench_burst()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    for name, ours_cell, peer, ratio, target in bench_traffic(args.quick):
+        ratio_text = f"{ratio:.2f}×" if isinstance(ratio, float) else ratio
+        print(f"| {name} | {ours_cell} | {peer} | {ratio_text} | {target} |")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
