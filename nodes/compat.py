@@ -12,24 +12,30 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import RunnableConfig
 from langgraph._internal._constants import CONFIG_KEY_DURABILITY
 from langgraph._internal._runnable import RunnableCallable
 from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.checkpoint.serde.types import _DeltaSnapshot as DeltaSnapshot
 from langgraph.graph.state import CompiledStateGraph
 
 __all__ = [
     "CONFIG_KEY_DURABILITY",
     "DeltaChannel",
+    "DeltaSnapshot",
     "RunnableCallable",
     "chat_model_provider",
+    "delta_channels_replayed",
+    "delta_snapshots",
     "reclass_compiled",
 ]
 
-CompiledT = TypeVar("CompiledT", bound=CompiledStateGraph)
+CompiledT = TypeVar("CompiledT", bound=CompiledStateGraph[Any, Any, Any, Any])
 
 
 def reclass_compiled(
-    compiled: CompiledStateGraph, cls: type[CompiledT], **extra: Any
+    compiled: CompiledStateGraph[Any, Any, Any, Any], cls: type[CompiledT], **extra: Any
 ) -> CompiledT:
     """`compiled` re-made as an instance of the subclass `cls`, with `extra` init arguments.
 
@@ -52,3 +58,39 @@ def chat_model_provider(model: BaseChatModel) -> str:
     except Exception:  # a model whose params need a live client, say
         name = ""
     return name or model._llm_type
+
+
+def delta_channels_replayed(saved: CheckpointTuple) -> set[str]:
+    """The `DeltaChannel`s whose value at `saved` is rebuilt from its ancestors.
+
+    Such a channel has a version but no stored value here. Its
+    `counters_since_delta_snapshot` entry (Beta metadata) is non-zero at every
+    checkpoint after its last snapshot, which tells it apart from a consumed
+    trigger channel that also has a version and no value.
+    """
+    counters = saved.metadata.get("counters_since_delta_snapshot") or {}
+    checkpoint = saved.checkpoint
+    return {
+        name
+        for name in counters
+        if name in checkpoint["channel_versions"] and name not in checkpoint["channel_values"]
+    }
+
+
+def delta_snapshots(
+    saver: BaseCheckpointSaver, config: RunnableConfig, specs: dict[str, DeltaChannel]
+) -> dict[str, DeltaSnapshot]:
+    """The full value of each channel in `specs` at the checkpoint `config` names, as a snapshot.
+
+    The walk LangGraph's loader does (`channels_from_checkpoint`): the nearest
+    stored seed, then the ancestors' writes after it, folded by the channel's
+    reducer. A `DeltaSnapshot` stored in a checkpoint's `channel_values` ends
+    that walk there, so the ancestors are no longer needed.
+    """
+    histories = saver.get_delta_channel_history(config=config, channels=list(specs))
+    snapshots = {}
+    for name, spec in specs.items():
+        channel = spec.from_checkpoint(histories[name].get("seed"))
+        channel.replay_writes(histories[name]["writes"])
+        snapshots[name] = DeltaSnapshot(channel.get())
+    return snapshots

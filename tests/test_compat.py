@@ -129,3 +129,24 @@ def test_chat_model_provider_reads_langchains_tracing_params():
     assert compat.chat_model_provider(ChatOpenAI(model="gpt-4o-mini", api_key="offline")) == (
         "openai"
     ), "BaseChatModel._get_ls_params no longer reports ls_provider"
+
+
+def test_a_delta_channel_value_can_be_rebuilt_and_stored_as_a_snapshot():
+    """`graph/retention.py` snapshots the transcript before it deletes ancestors."""
+    graph = StateGraph(_DeltaState)
+    graph.add_node("echo", lambda s: {"messages": [AIMessage(f"#{len(s['messages'])}")]})
+    graph.add_edge(START, "echo")
+    app = graph.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t"}}
+    for text in ("a", "b"):
+        app.invoke({"messages": [HumanMessage(text)]}, config)
+    saved = app.checkpointer.get_tuple(config)
+    assert compat.delta_channels_replayed(saved) == {"messages"}, (
+        "checkpoint metadata no longer names DeltaChannels in counters_since_delta_snapshot (Beta)"
+    )
+    specs = {k: v for k, v in app.channels.items() if isinstance(v, compat.DeltaChannel)}
+    [snapshot] = compat.delta_snapshots(app.checkpointer, saved.config, specs).values()
+    assert isinstance(snapshot, compat.DeltaSnapshot), "_DeltaSnapshot moved or was renamed"
+    assert [m.content for m in snapshot.value] == ["a", "#1", "b", "#3"], (
+        "get_delta_channel_history + DeltaChannel.replay_writes (Beta) no longer rebuild the value"
+    )
