@@ -1,12 +1,19 @@
 """The extraction ledger: which background extractions ran, who is running one, which were lost.
 
 A turn's pending extraction is recorded in its session's checkpoint; this
-ledger is the other half of "exactly once". It lives where the memories do —
-a small collection in the memory store's own Chroma (embedded or a server) —
+ledger is the other half of "exactly once". It lives where the memories do,
 so a process that can write a memory can also say that the extraction behind
-it is done, and every worker sharing the store sees it. The collection has no
-`bucket` in its metadata, so the store's reads and migration never take it
-for memories.
+it is done, and every process sharing the store sees it:
+
+- an embedded store: a SQLite file in the store's folder (one process holds
+  the folder, so one process writes it). An embedded Chroma write holds the
+  interpreter for its whole run, fsync included (5-25 ms a call here), and
+  the ledger is written every cycle; Python's sqlite3 lets go of it;
+- a Chroma server: a small collection on the server, shared by every worker.
+  It has no `bucket` in its metadata, so the store's reads and migration
+  never take it for memories;
+- any other memory backend: this process only (logged once), since there is
+  nowhere shared to keep it.
 
 One record per extraction key:
 - `running` — claimed by `owner` until `until` (wall clock); `attempts` counts claims;
@@ -25,16 +32,20 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sqlite3
 import threading
 import uuid
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 log = logging.getLogger("cyrene.memory")
 
 LEDGER_COLLECTION = "cyrene_extraction_ledger"
+LEDGER_FILE = "cyrene-extractions.sqlite3"
+_SQL_BATCH = 500
 _POINT = [1.0]  # Chroma wants a vector per record; the ledger is only ever read by id
 
 State = Literal["running", "done", "lost"]
@@ -53,8 +64,6 @@ class Record:
 class Ledger(Protocol):
     """Batch reads and writes of extraction records (one call each, whatever the batch)."""
 
-    durable: bool
-
     def read(self, keys: list[str]) -> dict[str, Record]:
         """The records of those keys that have one."""
         ...
@@ -64,10 +73,42 @@ class Ledger(Protocol):
         ...
 
 
-class ChromaLedger:
-    """The ledger as a collection in the memory store's Chroma client."""
+class SqliteLedger:
+    """The ledger of an embedded store: a SQLite file next to Chroma's own."""
 
-    durable = True
+    def __init__(self, path: Path) -> None:
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False)
+        self._db.execute("pragma journal_mode=wal")
+        self._db.execute("pragma synchronous=normal")  # WAL: a process crash loses nothing
+        self._db.execute(
+            "create table if not exists extractions (key text primary key, state text not null,"
+            " attempts integer not null, owner text not null, until real not null)"
+        )
+
+    def read(self, keys: list[str]) -> dict[str, Record]:
+        found: dict[str, Record] = {}
+        with self._lock:
+            for start in range(0, len(keys), _SQL_BATCH):
+                batch = keys[start : start + _SQL_BATCH]
+                rows = self._db.execute(
+                    "select key, state, attempts, owner, until from extractions"
+                    f" where key in ({','.join('?' * len(batch))})",
+                    batch,
+                )
+                found.update((row[0], Record(*row[1:])) for row in rows)
+        return found
+
+    def write(self, records: Mapping[str, Record]) -> None:
+        with self._lock, self._db:  # one transaction
+            self._db.executemany(
+                "insert or replace into extractions values (?, ?, ?, ?, ?)",
+                [(k, r.state, r.attempts, r.owner, r.until) for k, r in records.items()],
+            )
+
+
+class ChromaLedger:
+    """The ledger as a collection on the memory store's Chroma server."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
@@ -110,8 +151,6 @@ class ChromaLedger:
 class LocalLedger:
     """For a memory backend without a Chroma client: this process only, gone on exit."""
 
-    durable = False
-
     def __init__(self) -> None:
         self._records: dict[str, Record] = {}
         self._lock = threading.Lock()
@@ -134,18 +173,23 @@ def ledger_for(store: Any) -> Ledger:
     with _LEDGERS_LOCK:
         ledger = _LEDGERS.get(store)
         if ledger is None:
-            client = getattr(store, "client", None)
-            if callable(getattr(client, "get_or_create_collection", None)):
-                ledger = ChromaLedger(client)
-            else:
-                log.warning(
-                    "memory backend %s has no Chroma client: pending extractions are "
-                    "recorded in checkpoints, but their completion only in this process",
-                    type(store).__name__,
-                )
-                ledger = LocalLedger()
-            _LEDGERS[store] = ledger
+            ledger = _LEDGERS[store] = _new_ledger(store)
         return ledger
+
+
+def _new_ledger(store: Any) -> Ledger:
+    client = getattr(store, "client", None)
+    settings = client.get_settings() if callable(getattr(client, "get_settings", None)) else None
+    if settings is not None and settings.is_persistent and settings.persist_directory:
+        return SqliteLedger(Path(settings.persist_directory) / LEDGER_FILE)
+    if callable(getattr(client, "get_or_create_collection", None)):
+        return ChromaLedger(client)
+    log.warning(
+        "memory backend %s has no Chroma client: pending extractions are recorded in "
+        "checkpoints, but their completion only in this process",
+        type(store).__name__,
+    )
+    return LocalLedger()
 
 
 # -- owners ----------------------------------------------------------------

@@ -4,65 +4,142 @@ Seed `extractMemory` / `extractMemoryAsync` / `persistMemories`: restricted
 sessions never write; every item is stamped with the turn's persona and real
 provenance; an extractor with `background = True` runs off the reply path on
 a snapshot, under a deadline; failures are logged, never raised into the turn.
+
+A background extraction is durable: the node records it in the session's
+state (`pending_extractions`), and the graph saves that checkpoint before the
+turn returns, so a crash after the reply cannot lose it. Each run of this
+node re-submits the session's recorded extractions that this process has not
+seen settle (after a restart: all of them; the memory store's ledger skips
+the finished ones) and drops the settled ones, so the list stays short.
+`graph.resume_extractions` does the same for every session when a process
+starts.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
+from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
+from memory.background import ExtractionJob
 from memory.items import MemoryItem, Source
 from memory.policy import stamp
 from memory.transcript import last_human
 from nodes.context import env_of, is_hidden
 from nodes.env import SessionEnv
 from nodes.loop import Loop
+from nodes.state import LoopState, PendingExtraction
 
 log = logging.getLogger("cyrene.memory")
 
-# Small enough that one embedded Chroma write (which holds the interpreter)
-# delays a turn that starts meanwhile by a few milliseconds at most.
-BACKGROUND_WRITE_BATCH = 8
+PENDING = "pending_extractions"
+
+
+def thread_of(config: RunnableConfig | None) -> str | None:
+    """The run's thread id (where the session's checkpoints live)."""
+    return ((config or {}).get("configurable") or {}).get("thread_id")
+
+
+def extraction_key(thread_id: str | None, boundary: str) -> str:
+    """One turn's extraction: its thread and the id of the turn's last message."""
+    return hashlib.sha256(f"{thread_id or ''}\x00{boundary}".encode()).hexdigest()[:32]
+
+
+def snapshot_until(messages: Sequence[BaseMessage], boundary: str) -> list[BaseMessage] | None:
+    """What the extractor saw: visible messages up to `boundary`; None if it is gone."""
+    for index, message in enumerate(messages):
+        if message.id == boundary:
+            return [m for m in messages[: index + 1] if not is_hidden(m)]
+    return None
+
+
+def job_for(loop: Loop, entry: PendingExtraction, snapshot: Sequence[BaseMessage]) -> ExtractionJob:
+    """The background job that runs `entry` on `snapshot` (the config has an extractor)."""
+    extractor = loop.config.extractor
+    assert extractor is not None
+    return ExtractionJob(
+        key=entry["key"],
+        extract=partial(extractor.extract, snapshot),
+        persona_id=entry["persona_id"],
+        source=Source(session_id=entry["session_id"], message_id=entry["message_id"]),
+        store=loop.config.memory,
+    )
+
+
+def resubmit(
+    loop: Loop,
+    pending: Sequence[PendingExtraction],
+    messages: Sequence[BaseMessage],
+    backlog: bool = False,
+) -> list[PendingExtraction]:
+    """Hand this process the recorded extractions it has not got; return those not yet settled.
+
+    `backlog` (recovery at start) queues them even over the queue's capacity.
+    """
+    kept: list[PendingExtraction] = []
+    for entry in pending:
+        key = entry["key"]
+        if loop.jobs.settled(key):
+            continue
+        if not loop.jobs.known(key):
+            snapshot = snapshot_until(messages, entry["boundary"])
+            if snapshot is None:
+                loop.jobs.give_up(key, "its turn is no longer in the transcript")
+                continue
+            loop.jobs.submit(job_for(loop, entry, snapshot), backlog)
+        kept.append(entry)
+    return kept
+
+
+def extract_turn(
+    loop: Loop, env: SessionEnv, config: RunnableConfig, messages: Sequence[BaseMessage]
+) -> list[PendingExtraction]:
+    """Extract this turn: inline, or handed to the background and returned as pending."""
+    extractor, store = loop.config.extractor, loop.config.memory
+    assert extractor is not None and store is not None
+    snapshot = [m for m in messages if not is_hidden(m)]
+    persona_id = loop.persona_for(env)
+    source = Source(session_id=loop.session_id(env, config), message_id=loop.turn_id(env, snapshot))
+    if getattr(extractor, "background", False):
+        boundary = str(snapshot[-1].id)
+        entry = PendingExtraction(
+            key=extraction_key(thread_of(config), boundary),
+            boundary=boundary,
+            session_id=source.session_id,
+            message_id=source.message_id,
+            persona_id=persona_id,
+        )
+        loop.jobs.submit(job_for(loop, entry, snapshot))
+        return [entry]
+    try:
+        items: list[MemoryItem] = list(extractor.extract(snapshot))
+        store.add_many(stamp(items, persona_id=persona_id, source=source))
+    except Exception:
+        log.exception("memory extraction failed; the turn goes on")
+    return []
 
 
 def make_extract_memory(loop: Loop):
-    def extract_memory(state: dict, config: RunnableConfig, runtime: Runtime[SessionEnv]) -> dict:
+    def extract_memory(
+        state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]
+    ) -> dict[str, Any]:
         """Run the extractor on this turn (in the background if it asks); never in group/stranger chats."""
         env = env_of(runtime)
-        extractor, store = loop.config.extractor, loop.config.memory
-        if env.restricted or extractor is None or store is None:
+        if env.restricted or loop.config.extractor is None or loop.config.memory is None:
             return {}
-        human = last_human(state["messages"])
-        if human is not None and is_hidden(human):
-            return {}  # a guard blocked this turn: its text must reach no model, extractors included
-        snapshot = [m for m in state["messages"] if not is_hidden(m)]
-        persona_id = loop.persona_for(env)
-        source = Source(
-            session_id=loop.session_id(env, config), message_id=loop.turn_id(env, snapshot)
-        )
-
-        def extract() -> list[MemoryItem]:
-            return list(extractor.extract(snapshot))
-
-        def persist(items: list[MemoryItem], *, between_turns: bool = False) -> int:
-            stamped = stamp(items, persona_id=persona_id, source=source)
-            size = BACKGROUND_WRITE_BATCH if between_turns else max(len(stamped), 1)
-            for start in range(0, len(stamped), size):
-                if between_turns:
-                    loop.jobs.wait_for_idle()
-                store.add_many(stamped[start : start + size])
-            return len(stamped)
-
-        if getattr(extractor, "background", False):
-            loop.jobs.submit(extract, partial(persist, between_turns=True))
-            return {}
-        try:
-            persist(extract())
-        except Exception:
-            log.exception("memory extraction failed; the turn goes on")
-        return {}
+        messages = state["messages"]
+        carried = state.get("pending_extractions", [])
+        pending = resubmit(loop, carried, messages)
+        human = last_human(messages)
+        if human is None or not is_hidden(human):
+            # A guard-blocked turn's text must reach no model, extractors included.
+            pending += extract_turn(loop, env, config, messages)
+        return {PENDING: pending} if pending != carried else {}
 
     return extract_memory

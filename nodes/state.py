@@ -25,19 +25,25 @@ from langgraph.graph.message import Messages, add_messages
 
 from nodes.compaction import Summary
 from nodes.compat import DeltaChannel
-from nodes.transcript import close_interrupted_calls
+from nodes.transcript import close_interrupted_calls, kept_apart
 
 
 def merge_transcript(current: list[BaseMessage], writes: Sequence[Messages]) -> list[BaseMessage]:
     """DeltaChannel reducer: `add_messages` over a batch, then close dangling calls.
 
+    A human message never replaces a message of another kind that happens to
+    carry its id (`kept_apart`): `add_messages` replaces by id, and an inbound
+    message whose id collides with a reply or a tool result would otherwise
+    overwrite it and orphan a tool call.
+
     Both steps depend only on the resulting list, so the reducer is
     batching-invariant as `DeltaChannel` requires.
     """
-    merged = current
-    for write in writes:
-        merged = cast(list[BaseMessage], add_messages(cast(Messages, merged), write))
-    return close_interrupted_calls(merged)
+    # One `add_messages` over the whole batch: it applies the writes in order, as
+    # one call per write would, and a replay after a snapshot folds ~100 writes.
+    batch = [m for write in writes for m in (write if isinstance(write, list) else [write])]
+    merged = add_messages(cast(Messages, current), cast(Messages, kept_apart(current, batch)))
+    return close_interrupted_calls(cast(list[BaseMessage], merged))
 
 
 class TurnInput(TypedDict, total=False):
@@ -45,6 +51,25 @@ class TurnInput(TypedDict, total=False):
 
     messages: list[AnyMessage]
     working_memory: str
+
+
+class PendingExtraction(TypedDict):
+    """A turn's background extraction, recorded in the checkpoint before the turn returns.
+
+    Enough to run it again after a crash: the transcript is in the same
+    checkpoint, so the snapshot is every visible message up to `boundary`.
+    """
+
+    key: str
+    """Identity of the extraction (thread + boundary); the ledger's record id."""
+    boundary: str
+    """Id of the turn's last message: the snapshot ends there."""
+    session_id: str | None
+    """Provenance stamped on the memories: the run's session."""
+    message_id: str | None
+    """Provenance stamped on the memories: the turn's inbound message."""
+    persona_id: str | None
+    """The persona that produced the turn (persona-scope memories go there)."""
 
 
 class LoopState(TypedDict):
@@ -61,5 +86,7 @@ class LoopState(TypedDict):
     """Vision cache for this session: image hash → description."""
     capacity: NotRequired[dict[str, int]]
     """Awake capacity tiers → the turn number they were last woken or used in."""
+    pending_extractions: NotRequired[list[PendingExtraction]]
+    """Background extractions not yet seen done or lost (see `nodes.extraction`)."""
     model_view: NotRequired[Annotated[list[AnyMessage], UntrackedValue(list)]]
     """The assembled model input of the current round (not checkpointed)."""

@@ -151,7 +151,8 @@ def last_batch(messages: Sequence[BaseMessage]) -> tuple[list[ToolCall], list[To
 
 
 def kept_apart(current: Sequence[BaseMessage], write: Any) -> Any:
-    """`write` with each human message whose id belongs to a stored non-human message re-id'd.
+    """`write` with each human message whose id belongs to another kind of message re-id'd
+    (one stored, or earlier in the same write).
 
     Re-sending a human message under its id still replaces it (that is how a
     retried message is stored once); only a collision across kinds is moved
@@ -160,7 +161,7 @@ def kept_apart(current: Sequence[BaseMessage], write: Any) -> Any:
     batch = write if isinstance(write, list) else [write]
     if not any(isinstance(m, HumanMessage) and m.id for m in batch):
         return write
-    taken = {m.id for m in current if not isinstance(m, HumanMessage)}
+    taken = {m.id for m in (*current, *batch) if not isinstance(m, HumanMessage)}
     moved = [
         m.model_copy(update={"id": f"{m.id}{COLLIDED_SUFFIX}"})
         if isinstance(m, HumanMessage) and m.id in taken

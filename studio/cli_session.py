@@ -25,6 +25,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import StateSnapshot
 
 from graph.builder import CALL, build_graph
+from graph.extractions import resume_extractions
 from graph.runs import NothingToResumeError
 from graph.sessions import SessionBusyError
 from graph.shutdown import GracefulStop, StopRequested, run_turn
@@ -138,6 +139,7 @@ class Session:
     @contextmanager
     def graph(self) -> Iterator[Any]:
         with checkpointer(self.url) as saver:
+            resume_extractions(self.config, saver)  # what a stopped run left pending
             yield build_graph(self.config, saver)
 
     def env(self, actor: str | None = None, persona: str | None = None) -> SessionEnv:

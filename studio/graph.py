@@ -12,11 +12,17 @@ The data folder is `$CYRENE_DATA` (default `./.cyrene`); the model is
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from graph.builder import build_graph
 from graph.checkpoint import open_checkpointer
+from graph.extractions import aresume_extractions
 from graph.runs import CyreneGraph
+from nodes.config import LoopConfig
 from studio.demo import DATA_ENV, DEFAULT_DATA, demo_config, demo_model
 
 
@@ -24,17 +30,27 @@ def data_folder() -> Path:
     return Path(os.environ.get(DATA_ENV) or DEFAULT_DATA)
 
 
-def make_graph() -> CyreneGraph:
-    """The demo world's loop, without a checkpointer (Studio supplies persistence)."""
+def make_config() -> LoopConfig:
+    """The demo world over the data folder."""
     model, _ = demo_model()
-    return build_graph(demo_config(data_folder(), model=model), name="cyrene")
+    return demo_config(data_folder(), model=model)
+
+
+def make_graph(config: LoopConfig) -> CyreneGraph:
+    """The demo world's loop, without a checkpointer (Studio supplies persistence)."""
+    return build_graph(config, name="cyrene")
 
 
 # Built once, when the server imports this module (off its event loop): the
 # demo world opens an embedded Chroma store, which must not happen per request.
-graph = make_graph()
+config = make_config()
+graph = make_graph(config)
 
 
-def make_checkpointer() -> open_checkpointer:
-    """Studio's saver: the async SQLite saver over `<data>/studio-checkpoints.db`."""
-    return open_checkpointer(f"sqlite:///{data_folder() / 'studio-checkpoints.db'}")
+@asynccontextmanager
+async def make_checkpointer() -> AsyncIterator[BaseCheckpointSaver]:
+    """Studio's saver: the async SQLite saver over `<data>/studio-checkpoints.db`. On
+    entry, the background extractions a stopped server left pending run again."""
+    async with open_checkpointer(f"sqlite:///{data_folder() / 'studio-checkpoints.db'}") as saver:
+        await aresume_extractions(config, saver)
+        yield saver

@@ -353,3 +353,22 @@ async def test_async_runs_save_each_step_before_the_next_too(durability, saved_f
     graph, seen = graph_that_checks_its_saver()
     await graph.ainvoke({"messages": [human("查", id="u")]}, thread("lag"), durability=durability)
     assert seen == [saved_first]
+
+
+def test_an_inbound_id_that_a_reply_carries_never_overwrites_the_reply():
+    """A platform message id can collide with a stored AI or tool message id; the human
+    message is kept beside it and no tool call loses its result."""
+    batch = tool_calls(call("get_time", "call-1"))
+    batch.id = "shared-id"
+    model = ScriptedChatModel(script=[batch, AIMessage("八点半"), AIMessage("收到")])
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(model), saver)
+        graph.invoke({"messages": [HumanMessage("几点了", id="m1")]}, thread("c"))
+        graph.invoke({"messages": [HumanMessage("谢谢", id="shared-id")]}, thread("c"))
+        messages = graph.get_state(thread("c")).values["messages"]
+    assert [m.type for m in messages] == ["human", "ai", "tool", "ai", "human", "ai"]
+    assert messages[1].tool_calls and messages[2].tool_call_id == "call-1"
+    assert messages[4].content == "谢谢" and messages[4].id == "shared-id#human"
+    assert "tool:call-1" in " ".join(
+        f"{m.type}:{getattr(m, 'tool_call_id', '')}" for m in model.requests[-1].messages
+    )

@@ -1,0 +1,133 @@
+"""`resume_extractions`: run again the background extractions a stopped process left pending.
+
+Every turn records its background extraction in the session's checkpoint
+before it returns (`nodes.extraction`), and the memory store's ledger records
+each one that finished (`memory.ledger`). A session's next turn re-submits
+what its checkpoint still lists; this call does the same for every session at
+once, so a fact said just before a crash is stored even if that session never
+speaks again. Call it when a process starts, before serving turns.
+
+Cost: one pass over `checkpointer.list(None)` (LangGraph has no "latest
+checkpoint of each thread" query; the newest comes first per thread, and only
+that one is used; 2,656 checkpoints of Postgres took 0.2 s here), or with
+`threads` one `list(..., limit=1)` per named session; then one ledger read
+for every listed key, and a state read only for the sessions that still have
+unfinished work. Checkpoint retention keeps the pass short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+
+from graph.builder import build_graph
+from memory.background import unfinished
+from nodes.config import LoopConfig
+from nodes.extraction import PENDING, resubmit
+from nodes.loop import Loop
+from nodes.state import PendingExtraction
+
+
+class LatestPending:
+    """Fed checkpoints newest first per thread: thread id → the extractions its latest root
+    checkpoint lists as pending."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.pending: dict[str, list[PendingExtraction]] = {}
+
+    def add(self, saved: CheckpointTuple) -> None:
+        configurable = saved.config.get("configurable", {})
+        thread = configurable.get("thread_id")
+        if thread is None or configurable.get("checkpoint_ns", "") or thread in self.seen:
+            return
+        self.seen.add(thread)
+        if entries := saved.checkpoint["channel_values"].get(PENDING):
+            self.pending[thread] = list(entries)
+
+
+def _open_work(
+    loop: Loop, listed: dict[str, list[PendingExtraction]]
+) -> dict[str, list[PendingExtraction]]:
+    """The listed extractions this process does not have in hand and the ledger does not
+    call finished."""
+    keys = [e["key"] for entries in listed.values() for e in entries]
+    still = unfinished(loop.config.memory, [k for k in keys if not loop.jobs.known(k)])
+    open_work = {t: [e for e in entries if e["key"] in still] for t, entries in listed.items()}
+    return {t: entries for t, entries in open_work.items() if entries}
+
+
+def _thread(thread_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+
+
+def _scans(threads: Collection[str] | None) -> list[tuple[RunnableConfig | None, int | None]]:
+    """`list` arguments: every checkpoint, or the latest of each named thread."""
+    if threads is None:
+        return [(None, None)]
+    return [(_thread(t), 1) for t in threads]
+
+
+def _loop_and_graph(config: LoopConfig, checkpointer: BaseCheckpointSaver) -> tuple[Loop, Any]:
+    return Loop.from_config(config), build_graph(config, checkpointer)
+
+
+def resume_extractions(
+    config: LoopConfig,
+    checkpointer: BaseCheckpointSaver,
+    threads: Collection[str] | None = None,
+) -> int:
+    """Re-submit every session's unfinished background extraction.
+
+    The work runs in this process's background pipeline; a key the ledger
+    calls done (or lost) is never run again, and a key another live process
+    is running is left to it. Call it once at start, e.g. right after
+    `open_checkpointer`; `wait_for_extractions(timeout)` drains the work.
+
+    Args:
+        config: the loop's configuration (its `memory` and `extractor` do the work).
+        checkpointer: the sessions' saver (a sync one; see `aresume_extractions`).
+        threads: only these sessions (default: every session the saver holds).
+
+    Returns:
+        How many extractions were handed to the background pipeline.
+
+    Example:
+        >>> with open_checkpointer("sqlite:///.cyrene/checkpoints.db") as saver:
+        ...     resume_extractions(config, saver)
+        ...     graph = build_graph(config, saver)
+    """
+    if config.extractor is None or config.memory is None:
+        return 0
+    loop, graph, latest = *_loop_and_graph(config, checkpointer), LatestPending()
+    for where, limit in _scans(threads):
+        for saved in checkpointer.list(where, limit=limit):
+            latest.add(saved)
+    work = _open_work(loop, latest.pending)
+    for thread, entries in work.items():
+        state = graph.get_state(_thread(thread))
+        resubmit(loop, entries, state.values.get("messages", []), backlog=True)
+    return sum(len(entries) for entries in work.values())
+
+
+async def aresume_extractions(
+    config: LoopConfig,
+    checkpointer: BaseCheckpointSaver,
+    threads: Collection[str] | None = None,
+) -> int:
+    """`resume_extractions` for an async saver (`async with open_checkpointer(...)`)."""
+    if config.extractor is None or config.memory is None:
+        return 0
+    loop, graph, latest = *_loop_and_graph(config, checkpointer), LatestPending()
+    for where, limit in _scans(threads):
+        async for saved in checkpointer.alist(where, limit=limit):
+            latest.add(saved)
+    work = await asyncio.to_thread(_open_work, loop, latest.pending)  # the ledger read blocks
+    for thread, entries in work.items():
+        state = await graph.aget_state(_thread(thread))
+        resubmit(loop, entries, state.values.get("messages", []), backlog=True)
+    return sum(len(entries) for entries in work.values())

@@ -1,0 +1,116 @@
+"""A loop process for extraction crash tests: a turn whose background extraction is slow.
+
+    python -m tests.extraction_crash_worker DATA MODE
+
+DATA holds the embedded memory store, `calls.log` (one line per extractor
+call, fsynced) and the SQLite checkpoints, unless CHECKPOINTS names another
+saver URL; THREAD names the session (default "s"; recovery then looks at that
+session alone, so a shared Postgres database does not mix tests). Modes:
+
+- `turn`: one turn on session "s" ("记住 我喜欢乌龙茶", id u1); prints `replied`
+  once `invoke` has returned, then waits for the extraction (or the SIGKILL);
+- `next`: the session's next turn ("今天天气不错", id u2), then drains;
+- `recover` / `arecover`: `resume_extractions` (sync / async saver) at start, then drains.
+
+Every mode ends by printing `memories <json list>` and `stats <json>`.
+EXTRACT_SECONDS makes the extractor sleep before answering; EXTRACT_FAIL=1
+makes it raise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+
+from graph import (
+    LoopConfig,
+    Persona,
+    aresume_extractions,
+    build_graph,
+    open_checkpointer,
+    resume_extractions,
+    wait_for_extractions,
+)
+from memory import MemoryItem, MemoryStore, Scope
+from memory.background import extraction_stats
+from memory.transcript import last_human, message_text
+from tests.scripted import ScriptedChatModel
+
+THREAD = os.environ.get("THREAD", "s")
+TURNS = {
+    "turn": HumanMessage("记住 我喜欢乌龙茶", id="u1"),
+    "next": HumanMessage("今天天气不错", id="u2"),
+}
+
+
+class CountingExtractor:
+    """Logs each call to a file, sleeps, then remembers what follows "记住"."""
+
+    background = True
+
+    def __init__(self, calls: Path) -> None:
+        self.calls = calls
+
+    def extract(self, messages: Sequence[BaseMessage]) -> list[MemoryItem]:
+        human = last_human(messages)
+        text = message_text(human) if human else ""
+        with self.calls.open("a") as out:
+            out.write(f"call {text}\n")
+            out.flush()
+            os.fsync(out.fileno())
+        time.sleep(float(os.environ.get("EXTRACT_SECONDS", "0")))
+        if os.environ.get("EXTRACT_FAIL") == "1":
+            raise RuntimeError("extractor down")
+        if not text.startswith("记住 "):
+            return []
+        return [MemoryItem(content=text.removeprefix("记住 "), kind="like", scope=Scope.USER)]
+
+
+def report(store: MemoryStore) -> None:
+    print("memories " + json.dumps([i.content for i in store.list()], ensure_ascii=False))
+    print("stats " + json.dumps(dataclasses.asdict(extraction_stats())), flush=True)
+
+
+def main() -> None:
+    data, mode = Path(sys.argv[1]), sys.argv[2]
+    store = MemoryStore.open(data / "memory")
+    config = LoopConfig(
+        model=ScriptedChatModel(script=[AIMessage("好的")] * 3),
+        personas={"xilian": Persona(name="昔涟")},
+        default_persona="xilian",
+        memory=store,
+        extractor=CountingExtractor(data / "calls.log"),
+    )
+    url = os.environ.get("CHECKPOINTS") or f"sqlite:///{data / 'checkpoints.db'}"
+    only = [THREAD] if "THREAD" in os.environ else None
+    if mode == "arecover":
+
+        async def recover() -> None:
+            async with open_checkpointer(url) as saver:
+                print(f"resubmitted {await aresume_extractions(config, saver, only)}", flush=True)
+
+        asyncio.run(recover())
+    else:
+        with open_checkpointer(url) as saver:
+            if mode == "recover":
+                print(f"resubmitted {resume_extractions(config, saver, only)}", flush=True)
+            else:
+                thread: RunnableConfig = {"configurable": {"thread_id": THREAD}}
+                build_graph(config, saver).invoke({"messages": [TURNS[mode]]}, thread)
+                print("replied", flush=True)
+    wait_for_extractions(60)
+    report(store)
+    store.close()
+
+
+if __name__ == "__main__":
+    main()
