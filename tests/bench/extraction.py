@@ -41,7 +41,7 @@ from graph import LoopConfig, Persona, build_graph, open_checkpointer, wait_for_
 from memory import Extractor, MemoryItem, MemoryStore, Scope
 from memory.background import queue_depth
 from memory.transcript import last_human, message_text
-from tests.bench.run import ROWS, elapsed_ms, row
+from tests.bench.table import ROWS, elapsed_ms, row
 from tests.conftest import free_port, wait_for_port
 from tests.scripted import ScriptedChatModel
 

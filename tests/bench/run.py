@@ -13,7 +13,6 @@ import os
 import platform
 import sqlite3
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -24,29 +23,15 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
-from graph import LoopConfig, Persona, build_graph, open_checkpointer, wait_for_extractions
+from graph import LoopConfig, Persona, build_graph, open_checkpointer
 from memory import MemoryItem, MemoryStore, Scope
+from tests.bench.extraction import bench_extraction, bench_extraction_crashes
+from tests.bench.growth import bench_growth
+from tests.bench.table import ROWS, elapsed_ms, median_ms, row
 from tests.bench.traffic import bench_traffic
+from tests.bench.workers import bench_worker_scaling
 from tests.scripted import ScriptedChatModel, call
 from tests.test_durability import crash_and_resume, resumed_exactly
-
-ROWS: list[tuple[str, str, str, str, str]] = []
-
-
-def row(name: str, ours: str, peer: str, ratio: float | str, target: str) -> None:
-    ratio_text = f"{ratio:.2f}×" if isinstance(ratio, float) else ratio
-    ROWS.append((name, ours, peer, ratio_text, target))
-    print(f"  {name}: {ours} vs {peer} ({ratio_text}, target {target})", file=sys.stderr)
-
-
-def elapsed_ms(fn: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    fn()
-    return (time.perf_counter() - started) * 1000
-
-
-def median_ms(fn: Callable[[], object], repeat: int) -> float:
-    return statistics.median(elapsed_ms(fn) for _ in range(repeat))
 
 
 def interleaved(
@@ -102,58 +87,6 @@ def bench_orchestration(repeat: int) -> None:
         f"create_agent {peer_ms:.1f}",
         ours_ms / peer_ms,
         "≤ 1.5×",
-    )
-
-
-class BusyExtractor:
-    """A background extraction: a 300 ms 'model call', then 200 items written to Chroma."""
-
-    background = True
-
-    def extract(self, messages):
-        time.sleep(0.3)
-        stamp = time.time_ns()
-        return [
-            MemoryItem(content=f"背景记忆 {stamp} {i} " * 5, kind="bg", scope=Scope.USER)
-            for i in range(200)
-        ]
-
-
-def bench_background_extraction(repeat: int, folder: Path) -> None:
-    """The same graph and turn, once with nothing in flight and once while the
-    previous turn's extraction writes to Chroma."""
-    store = MemoryStore.open(folder / "bg")
-    store.add(MemoryItem(content="预热", scope=Scope.USER))
-    graph = build_graph(
-        LoopConfig(
-            model=ScriptedChatModel(script=[AIMessage("嗯")] * (repeat * 6)),
-            personas={"p": Persona()},
-            default_persona="p",
-            memory=store,
-            extractor=BusyExtractor(),
-        )
-    )
-    ids = iter(range(10**9))
-
-    def turn() -> None:
-        graph.invoke(
-            {"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": f"b{next(ids)}"}}
-        )
-
-    idle_samples, busy_samples = [], []
-    for _ in range(repeat):
-        wait_for_extractions(30)
-        idle_samples.append(elapsed_ms(turn))
-        time.sleep(0.31)  # that turn's extractor ends its 'model call'; its Chroma writes begin
-        busy_samples.append(elapsed_ms(turn))
-    wait_for_extractions(30)
-    idle_ms, busy_ms = statistics.median(idle_samples), statistics.median(busy_samples)
-    row(
-        "turn while extraction writes (ms)",
-        f"{busy_ms:.1f}",
-        f"idle {idle_ms:.1f}",
-        busy_ms / idle_ms,
-        "≤ 1.1×",
     )
 
 
@@ -367,13 +300,18 @@ def main() -> None:
         bench_orchestration(repeat)
         for cells in bench_traffic(args.quick):  # session lock, 50 sessions, group burst
             row(*cells)
-        bench_background_extraction(8 if args.quick else 20, folder)
+        bench_extraction(8.0 if args.quick else 20.0, 8 if args.quick else 20, folder)
         bench_parallel_tools()
         bench_checkpoint_growth(folder)
         # Before the memory rows: their 100k items leave a heap that slows later timings.
         bench_compaction_view(repeat)
         bench_memory([1_000, 10_000] if args.quick else [1_000, 10_000, 100_000], folder, repeat)
         bench_crash_trials(folder, 4 if args.quick else 12)
+        bench_extraction_crashes(folder, 3 if args.quick else 9)
+        bench_worker_scaling(5.0 if args.quick else 15.0, folder / "workers")
+        if not args.quick:  # about 6.5 minutes: sessions of 100, 1,000 and 3,000 turns
+            for cells in bench_growth(folder / "growth"):
+                row(*cells)
     print(
         f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.\n"
     )

@@ -1,0 +1,30 @@
+"""The benchmark table every bench module adds its rows to (`python -m tests.bench.run` prints it).
+
+A module of its own, so `run.py` (which runs as `__main__`) and the bench
+modules it calls share one `ROWS`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+ROWS: list[tuple[str, str, str, str, str]] = []
+
+
+def row(name: str, ours: str, peer: str, ratio: float | str, target: str) -> None:
+    ratio_text = f"{ratio:.2f}×" if isinstance(ratio, float) else ratio
+    ROWS.append((name, ours, peer, ratio_text, target))
+    print(f"  {name}: {ours} vs {peer} ({ratio_text}, target {target})", file=sys.stderr)
+
+
+def elapsed_ms(fn: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    fn()
+    return (time.perf_counter() - started) * 1000
+
+
+def median_ms(fn: Callable[[], object], repeat: int) -> float:
+    return statistics.median(elapsed_ms(fn) for _ in range(repeat))
