@@ -178,8 +178,9 @@ def ledger_for(store: Any) -> Ledger:
 
 
 def _new_ledger(store: Any) -> Ledger:
-    client = getattr(store, "client", None)
-    settings = client.get_settings() if callable(getattr(client, "get_settings", None)) else None
+    client: Any = getattr(store, "client", None)
+    get_settings = getattr(client, "get_settings", None)
+    settings = get_settings() if callable(get_settings) else None
     if settings is not None and settings.is_persistent and settings.persist_directory:
         return SqliteLedger(Path(settings.persist_directory) / LEDGER_FILE)
     if callable(getattr(client, "get_or_create_collection", None)):
