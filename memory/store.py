@@ -19,8 +19,8 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import chromadb
@@ -47,7 +47,7 @@ def _settings() -> Settings:
     return Settings(anonymized_telemetry=False)
 
 
-class MemoryStore:
+class MemoryStore(AbstractContextManager["MemoryStore"]):
     """Scoped memories with relevance × decay search.
 
     Attributes:
@@ -158,15 +158,7 @@ class MemoryStore:
         if self._lock is not None:
             self._lock.release()
 
-    def __enter__(self) -> MemoryStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def _live(self) -> None:

@@ -15,8 +15,7 @@ import json
 import shlex
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from types import TracebackType
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -98,7 +97,7 @@ class ReplyPrinter:
             self._open_line = False
 
 
-class Session:
+class Session(AbstractContextManager["Session"]):
     """The demo config over `--data`, its saver, and turns on it; close it (or use `with`)."""
 
     def __init__(
@@ -125,15 +124,7 @@ class Session:
         if isinstance(self.config.memory, MemoryStore):
             self.config.memory.close()
 
-    def __enter__(self) -> Session:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     @contextmanager
