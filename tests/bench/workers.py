@@ -132,7 +132,7 @@ class Measured:
 
 def measure(url: str, processes: int, seconds: float, folder: Path) -> Measured:
     """Throughput, latency and CPU cost of `processes` workers over one window."""
-    folder.mkdir()
+    folder.mkdir(parents=True)
     tag = uuid.uuid4().hex[:8]
     procs = [
         subprocess.Popen(
