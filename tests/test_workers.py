@@ -93,6 +93,30 @@ def until(path: Path, procs: list[subprocess.Popen], timeout: float = 60) -> Non
         time.sleep(0.02)
 
 
+def until_victim_is_stuck(folder: Path, victim: subprocess.Popen, timeout: float = 60) -> str:
+    """Where the victim is when the parent kills it: inside its second model call, or — when
+    the other workers answered the rest of its messages under `merge`, so no second call
+    comes — inside its own background extraction, which never finishes. Either way an
+    extraction of its own is claimed and not stored."""
+    deadline = time.monotonic() + timeout
+    extracting_since = None
+    while time.monotonic() < deadline:
+        assert victim.poll() is None, log_of(victim)
+        if (folder / f"inside-{VICTIM}").exists():
+            return f"its model call #{HANG_AT}"
+        calls = folder / "calls.log"
+        if (
+            extracting_since is None
+            and calls.exists()
+            and f"\n{VICTIM} " in "\n" + calls.read_text()
+        ):
+            extracting_since = time.monotonic()
+        if extracting_since is not None and time.monotonic() - extracting_since > 2:
+            return "its background extraction"
+        time.sleep(0.02)
+    raise AssertionError(f"{VICTIM} never reached a kill point")
+
+
 class NoExtractor:
     """For the final check: nothing may be left for it to run."""
 
@@ -134,9 +158,8 @@ def test_four_workers_one_killed_every_turn_and_memory_exactly_once(
         for name in procs:
             until(tmp_path / f"ready-{name}", everyone)
         (tmp_path / "go").touch()
-        # Only the victim must still be running: the others may finish first.
-        until(tmp_path / f"inside-{VICTIM}", [procs[VICTIM]])
-        os.kill(procs[VICTIM].pid, signal.SIGKILL)  # inside a turn's model call
+        where = until_victim_is_stuck(tmp_path, procs[VICTIM])
+        os.kill(procs[VICTIM].pid, signal.SIGKILL)
         victim_out, _ = procs[VICTIM].communicate(timeout=10)
         assert procs[VICTIM].returncode == -signal.SIGKILL
         victim_calls = [
@@ -196,8 +219,8 @@ def test_four_workers_one_killed_every_turn_and_memory_exactly_once(
     victim_answered = [r for r in lines(victim_out) if r.get("answered")]
     print(
         f"turns: expected {SESSIONS * TURNS}, found {found_turns}; memories: expected "
-        f"{len(expected_memories)}, found {len(memories)}; killed {VICTIM} inside its model "
-        f"call #{HANG_AT} after {len(victim_answered)} answered calls, with "
+        f"{len(expected_memories)}, found {len(memories)}; killed {VICTIM} inside {where} "
+        f"after {len(victim_answered)} answered calls, with "
         f"{len(victim_calls)} extraction(s) of its own under way; takeover {takeover}; "
         f"extractor calls {len((tmp_path / 'calls.log').read_text().splitlines())}; "
         f"{took:.1f} s"
