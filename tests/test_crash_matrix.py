@@ -18,20 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from graph.builder import LOOP_NODES
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.slow]
 
-NODES = (
-    "resolve_vision",
-    "compact",
-    "assemble_context",
-    "call_model",
-    "dispatch_tools",
-    "extract_memory",
-    "finish_turn",
-)
-POINTS = (*(f"node:{n}" for n in NODES), "model", "tool", "extraction")
+# The worker's config switches every stage on, so every node has a boundary to die at.
+POINTS = (*(f"node:{n}" for n in LOOP_NODES), "model", "tool", "extraction")
 
 
 def run_worker(
