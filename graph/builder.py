@@ -11,7 +11,9 @@ START → resolve_vision → compact → assemble_context → call_model
 `call_model` retries transient provider errors (its `RetryPolicy`).
 
 Stages with nothing to do (no vision describer, no token budget, no extractor,
-no turn-end hook) are routed around at build time.
+no turn-end hook) are routed around at build time, and so is `assemble_context`
+unless `LoopConfig.model_view_step` asks to watch each round's view: `call_model`
+then assembles the view itself, one checkpoint per round fewer.
 """
 
 from __future__ import annotations
@@ -155,26 +157,28 @@ def build_graph(
     graph.add_node(FINISH, make_finish_turn(loop))
     # Stages that are off are skipped rather than run as no-ops: every
     # superstep costs a checkpoint write. All nodes stay in the drawn graph.
-    round_start = COMPACT if config.max_context_tokens > 0 else ASSEMBLE
+    view_stage = ASSEMBLE if config.model_view_step else CALL
+    round_start = COMPACT if config.max_context_tokens > 0 else view_stage
     turn_start = VISION if config.vision is not None else round_start
     after_extract = FINISH if config.on_turn_end is not None else END
     extracting = config.extractor is not None and config.memory is not None
     after_reply = EXTRACT if extracting else after_extract
-    graph.add_conditional_edges(START, fixed_route(turn_start), [VISION, COMPACT, ASSEMBLE])
-    graph.add_conditional_edges(VISION, fixed_route(round_start), [COMPACT, ASSEMBLE])
-    graph.add_edge(COMPACT, ASSEMBLE)
+    round_starts = [COMPACT, ASSEMBLE, CALL]
+    graph.add_conditional_edges(START, fixed_route(turn_start), [VISION, *round_starts])
+    graph.add_conditional_edges(VISION, fixed_route(round_start), round_starts)
+    graph.add_conditional_edges(COMPACT, fixed_route(view_stage), [ASSEMBLE, CALL])
     graph.add_edge(ASSEMBLE, CALL)
     graph.add_conditional_edges(
         CALL,
         route_after_model(sequential, after_reply, round_start, config.max_rounds),
-        [DISPATCH, COMPACT, ASSEMBLE, EXTRACT, FINISH, END],
+        [DISPATCH, *round_starts, EXTRACT, FINISH, END],
     )
     if sequential:
         graph.add_conditional_edges(
-            DISPATCH, route_after_tools(round_start), [DISPATCH, COMPACT, ASSEMBLE]
+            DISPATCH, route_after_tools(round_start), [DISPATCH, *round_starts]
         )
     else:
-        graph.add_conditional_edges(DISPATCH, fixed_route(round_start), [COMPACT, ASSEMBLE])
+        graph.add_conditional_edges(DISPATCH, fixed_route(round_start), round_starts)
     graph.add_conditional_edges(EXTRACT, fixed_route(after_extract), [FINISH, END])
     graph.add_edge(FINISH, END)
     compiled = graph.compile(checkpointer=checkpointer, store=store, name=name)

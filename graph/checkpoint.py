@@ -3,7 +3,8 @@
     with open_checkpointer("sqlite:///.cyrene/checkpoints.db") as saver: ...   # invoke / stream
     async with open_checkpointer("sqlite:///.cyrene/checkpoints.db") as saver: ...  # ainvoke / astream
 
-Schemes: `memory` (in-process), `sqlite:///relative/path` or `sqlite:////abs/path`
+Schemes: `memory` (in-process: LangGraph's `InMemorySaver`, loading only what changed since
+a thread's last load; `nodes.compat.IncrementalMemorySaver`), `sqlite:///relative/path` or `sqlite:////abs/path`
 (the embedded default), `postgresql://…` (scale-out; needs the `postgres` extra).
 Tables are created on entry, so a fresh database works at once.
 """
@@ -27,7 +28,8 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.memory import InMemorySaver
+
+from nodes.compat import IncrementalMemorySaver
 
 SQLITE_PREFIX = "sqlite:///"
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
@@ -89,7 +91,7 @@ class open_checkpointer(AbstractContextManager, AbstractAsyncContextManager):
     def __enter__(self) -> BaseCheckpointSaver:
         self._stack = ExitStack()
         if self.url == "memory":
-            return InMemorySaver()
+            return IncrementalMemorySaver()
         if self.url.startswith(SQLITE_PREFIX):
             from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -115,7 +117,7 @@ class open_checkpointer(AbstractContextManager, AbstractAsyncContextManager):
     async def __aenter__(self) -> BaseCheckpointSaver:
         self._astack = AsyncExitStack()
         if self.url == "memory":
-            return InMemorySaver()
+            return IncrementalMemorySaver()
         if self.url.startswith(SQLITE_PREFIX):
             from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 

@@ -9,6 +9,8 @@ the tests cover for the same reason (`DeltaChannel` is Beta).
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
@@ -16,7 +18,13 @@ from langchain_core.runnables import RunnableConfig
 from langgraph._internal._constants import CONFIG_KEY_DURABILITY
 from langgraph._internal._runnable import RunnableCallable
 from langgraph.channels.delta import DeltaChannel
-from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    get_checkpoint_id,
+)
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import _DeltaSnapshot as DeltaSnapshot
 from langgraph.graph.state import CompiledStateGraph
 
@@ -24,6 +32,7 @@ __all__ = [
     "CONFIG_KEY_DURABILITY",
     "DeltaChannel",
     "DeltaSnapshot",
+    "IncrementalMemorySaver",
     "RunnableCallable",
     "chat_model_provider",
     "delta_channels_replayed",
@@ -94,3 +103,88 @@ def delta_snapshots(
         channel.replay_writes(histories[name]["writes"])
         snapshots[name] = DeltaSnapshot(channel.get())
     return snapshots
+
+
+class IncrementalMemorySaver(InMemorySaver):
+    """LangGraph's `InMemorySaver`, whose `DeltaChannel` loads cost what changed since the last.
+
+    Loading a checkpoint rebuilds the transcript from the nearest snapshot and
+    the writes of every checkpoint after it (up to 100 updates, two a turn),
+    and `InMemorySaver` deserialises that whole chain on every load. This saver
+    keeps each thread's last history (the newest `capacity` threads) and walks
+    back only to it: the next turn's load reads that turn's few checkpoints.
+    Any other load (an older checkpoint, a fork, a walk longer than
+    `max_walk`) is LangGraph's own.
+    """
+
+    capacity = 1024
+    max_walk = 16
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._last: OrderedDict[tuple[Any, str], tuple[str, Mapping[str, DeltaChannelHistory]]]
+        self._last = OrderedDict()
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        key = (config["configurable"]["thread_id"], config["configurable"].get("checkpoint_ns", ""))
+        stored = self.storage.get(key[0], {}).get(key[1], {})
+        target = get_checkpoint_id(config) or max(stored, default="")
+        known = self._last.get(key)
+        history = None
+        if channels and known is not None and set(channels) <= known[1].keys():
+            history = known[1] if known[0] == target else self._since(key, target, known)
+        if history is None:
+            history = super().get_delta_channel_history(config=config, channels=channels)
+        if target in stored:
+            self._last[key] = (target, history)
+            self._last.move_to_end(key)
+            if len(self._last) > self.capacity:
+                self._last.popitem(last=False)
+        return {c: {**history[c], "writes": list(history[c]["writes"])} for c in channels}
+
+    def _since(
+        self,
+        key: tuple[Any, str],
+        target: str,
+        known: tuple[str, Mapping[str, DeltaChannelHistory]],
+    ) -> dict[str, DeltaChannelHistory] | None:
+        """The history at `target`, walking its ancestors as LangGraph does (a stored
+        snapshot ends a channel's walk, after that checkpoint's own writes), but
+        ending at `known`'s checkpoint, whose history is already at hand."""
+        stored = self.storage.get(key[0], {}).get(key[1], {})
+        newer: dict[str, list] = {c: [] for c in known[1]}
+        seeds: dict[str, Any] = {}
+        entry = stored.get(target)
+        current = entry[2] if entry is not None else None
+        for _ in range(self.max_walk):
+            if current is None or current not in stored:
+                return None
+            versions = self.serde.loads_typed(stored[current][0]).get("channel_versions", {})
+            open_channels = [c for c in newer if c not in seeds]
+            for channel in open_channels:
+                blob = self.blobs.get((*key, channel, versions.get(channel)))
+                if blob is not None and blob[0] != "empty":
+                    seeds[channel] = self.serde.loads_typed(blob)
+            for task, channel, value, _ in reversed(self._ordered_writes(*key, current)):
+                if channel in open_channels:
+                    newer[channel].append((task, channel, self.serde.loads_typed(value)))
+            if len(seeds) == len(newer):
+                return {c: {"seed": seeds[c], "writes": newer[c][::-1]} for c in newer}
+            if current == known[0]:
+                history: dict[str, DeltaChannelHistory] = {}
+                for channel, writes in newer.items():
+                    if channel in seeds:
+                        history[channel] = {"seed": seeds[channel], "writes": writes[::-1]}
+                    else:
+                        old = known[1][channel]
+                        history[channel] = {**old, "writes": [*old["writes"], *writes[::-1]]}
+                return history
+            current = stored[current][2]
+        return None
+
+    def delete_thread(self, thread_id: str) -> None:
+        super().delete_thread(thread_id)
+        for key in [k for k in self._last if k[0] == thread_id]:
+            del self._last[key]

@@ -111,6 +111,10 @@ class LoopConfig(BaseModel):
         default="sync",
         description='when a step\'s checkpoint is saved: `"sync"` before the next step starts (no finished tool call re-runs after a crash), `"async"` (LangGraph\'s default) or `"exit"`; a run\'s `durability=` wins',
     )
+    model_view_step: bool = Field(
+        default=False,
+        description="run `assemble_context` as a step of its own, so each round's model view is that node's update in Studio and `stream_mode=\"updates\"` (one more checkpoint per round); off, `call_model` assembles it",
+    )
     max_context_tokens: int = Field(
         default=0, ge=0, description="compaction budget (0 = off) — seed `MaxContextTokens`"
     )

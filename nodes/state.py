@@ -19,13 +19,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, NotRequired, TypedDict, cast
 
-from langchain_core.messages import AnyMessage, BaseMessage
+from langchain_core.messages import (
+    AnyMessage,
+    BaseMessage,
+    BaseMessageChunk,
+    HumanMessage,
+    RemoveMessage,
+)
 from langgraph.channels.untracked_value import UntrackedValue
-from langgraph.graph.message import Messages, add_messages
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, Messages, add_messages
 
 from nodes.compaction import Summary
 from nodes.compat import DeltaChannel
-from nodes.transcript import close_interrupted_calls, kept_apart
+from nodes.transcript import close_interrupted_calls, last_reply_index
+
+COLLIDED_SUFFIX = "#human"
+"""Appended to an inbound message id that a reply or tool result already carries."""
 
 
 def merge_transcript(current: list[BaseMessage], writes: Sequence[Messages]) -> list[BaseMessage]:
@@ -37,13 +46,73 @@ def merge_transcript(current: list[BaseMessage], writes: Sequence[Messages]) -> 
     overwrite it and orphan a tool call.
 
     Both steps depend only on the resulting list, so the reducer is
-    batching-invariant as `DeltaChannel` requires.
+    batching-invariant as `DeltaChannel` requires. It runs on every step and
+    every load, so the usual step (new messages appended) costs one pass over
+    the ids and a look at the tail, not `add_messages`' passes over the list.
     """
-    # One `add_messages` over the whole batch: it applies the writes in order, as
-    # one call per write would, and a replay after a snapshot folds ~100 writes.
-    batch = [m for write in writes for m in (write if isinstance(write, list) else [write])]
-    merged = add_messages(cast(Messages, current), cast(Messages, kept_apart(current, batch)))
-    return close_interrupted_calls(cast(list[BaseMessage], merged))
+    batch: list[Any] = [
+        m for write in writes for m in (write if isinstance(write, list) else [write])
+    ]
+    if only_new_messages(current, batch):
+        merged: list[BaseMessage] = [*current, *batch]  # what `add_messages` would return
+    else:
+        # One `add_messages` over the whole batch: it applies the writes in order,
+        # as one call per write would.
+        merged = cast(
+            list[BaseMessage],
+            add_messages(cast(Messages, current), cast(Messages, kept_apart(current, batch))),
+        )
+        if merged[: len(current)] != current:  # a write replaced or removed a stored message
+            return close_interrupted_calls(merged)
+    # `current` is already closed, so only the calls of its last reply can be left
+    # open: closing starts there.
+    start = last_reply_index(current)
+    tail = merged[start:]
+    closed = close_interrupted_calls(tail)
+    return merged if closed is tail else [*merged[:start], *closed]
+
+
+def only_new_messages(current: Sequence[BaseMessage], batch: Sequence[Any]) -> bool:
+    """Every write is a whole message (no chunk, removal or dict) with an id that neither
+    the transcript nor an earlier write holds: `add_messages` would only append."""
+    ids = set()
+    for message in batch:
+        if (
+            not isinstance(message, BaseMessage)
+            or isinstance(message, BaseMessageChunk | RemoveMessage)
+            or not message.id
+            or message.id in ids
+        ):
+            return False
+        ids.add(message.id)
+    return ids.isdisjoint([m.id for m in current])
+
+
+def kept_apart(current: Sequence[BaseMessage], batch: list[Any]) -> list[Any]:
+    """`batch` with each human message whose id belongs to another kind of message re-id'd
+    (one stored, or earlier in the batch).
+
+    Re-sending a human message under its id still replaces it (that is how a
+    retried message is stored once); only a collision across kinds is moved
+    to a derived id, the same on every replay. Only what comes before a message
+    counts, so folding writes one by one or all at once moves the same ones.
+    """
+    if not any(isinstance(m, HumanMessage) and m.id for m in batch):
+        return batch
+    taken = {m.id for m in current if not isinstance(m, HumanMessage)}
+    moved = []
+    for message in batch:
+        if isinstance(message, HumanMessage):
+            if message.id in taken:
+                message = message.model_copy(update={"id": f"{message.id}{COLLIDED_SUFFIX}"})
+        elif isinstance(message, RemoveMessage):
+            if message.id == REMOVE_ALL_MESSAGES:
+                taken.clear()
+            taken.discard(message.id)
+        elif isinstance(message, BaseMessage):
+            taken.add(message.id)
+        moved.append(message)
+    return moved
 
 
 class TurnInput(TypedDict, total=False):

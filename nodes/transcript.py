@@ -22,8 +22,6 @@ from nodes.replies import is_cut_off
 
 MessageT = TypeVar("MessageT", bound=BaseMessage)
 INTERRUPTED_PREFIX = "interrupted"
-COLLIDED_SUFFIX = "#human"
-"""Appended to an inbound message id that a reply or tool result already carries."""
 ANNOTATION_KEY = "cyrene"
 """`response_metadata` key under which the loop annotates messages (mood, guard blocks, images)."""
 
@@ -94,6 +92,14 @@ def pending_tool_calls(messages: Sequence[BaseMessage]) -> list[ToolCall]:
     return [c for c in calls if c["id"] not in answered]
 
 
+def last_reply_index(messages: Sequence[BaseMessage]) -> int:
+    """Index of the last AI message (`len(messages)` when there is none)."""
+    for i in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[i], AIMessage):
+            return i
+    return len(messages)
+
+
 def final_ai_message(messages: Sequence[BaseMessage]) -> AIMessage | None:
     """The last AI message of the current turn, if the turn produced one."""
     for message in reversed(messages[turn_start(messages) :]):
@@ -109,20 +115,33 @@ def close_interrupted_calls(messages: list[BaseMessage]) -> list[BaseMessage]:
     of being resumed) leaves an AI tool call without results; providers reject
     such a transcript. The calls are closed with an error result placed right
     after the batch, so the pairing is valid and the model is told plainly
-    that the result was lost. Idempotent, and a function of the list alone.
+    that the result was lost. Such a stand-in is dropped again once it answers
+    no call (a reply replaced by id without that call), so the result is a
+    function of the list alone: idempotent, and the same whether writes were
+    folded one by one or at once.
     """
     out: list[BaseMessage] = []
     open_calls: list[ToolCall | InvalidToolCall] = []
+    changed = False
     for message in messages:
         if isinstance(message, ToolMessage):
+            answered = [c for c in open_calls if c["id"] == message.tool_call_id]
+            if not answered and message.id == _interrupted_id(message.tool_call_id):
+                changed = True
+                continue
             open_calls = [c for c in open_calls if c["id"] != message.tool_call_id]
         elif open_calls:
             out.extend(_interrupted_result(call) for call in open_calls)
             open_calls = []
+            changed = True
         if isinstance(message, AIMessage):
             open_calls = [c for c in requested_calls(message) if c.get("id")]
         out.append(message)
-    return out if len(out) != len(messages) else messages
+    return out if changed else messages
+
+
+def _interrupted_id(call_id: str | None) -> str:
+    return f"{INTERRUPTED_PREFIX}-{call_id}"
 
 
 def _interrupted_result(call: ToolCall | InvalidToolCall) -> ToolMessage:
@@ -134,7 +153,7 @@ def _interrupted_result(call: ToolCall | InvalidToolCall) -> ToolMessage:
         tool_call_id=call["id"],
         name=call["name"],
         status="error",
-        id=f"{INTERRUPTED_PREFIX}-{call['id']}",
+        id=_interrupted_id(call["id"]),
     )
 
 
@@ -148,24 +167,3 @@ def last_batch(messages: Sequence[BaseMessage]) -> tuple[list[ToolCall], list[To
         if isinstance(message, HumanMessage):
             break
     return [], []
-
-
-def kept_apart(current: Sequence[BaseMessage], write: Any) -> Any:
-    """`write` with each human message whose id belongs to another kind of message re-id'd
-    (one stored, or earlier in the same write).
-
-    Re-sending a human message under its id still replaces it (that is how a
-    retried message is stored once); only a collision across kinds is moved
-    to a derived id, the same on every replay.
-    """
-    batch = write if isinstance(write, list) else [write]
-    if not any(isinstance(m, HumanMessage) and m.id for m in batch):
-        return write
-    taken = {m.id for m in (*current, *batch) if not isinstance(m, HumanMessage)}
-    moved = [
-        m.model_copy(update={"id": f"{m.id}{COLLIDED_SUFFIX}"})
-        if isinstance(m, HumanMessage) and m.id in taken
-        else m
-        for m in batch
-    ]
-    return moved if isinstance(write, list) else moved[0]

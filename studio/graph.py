@@ -31,9 +31,10 @@ def data_folder() -> Path:
 
 
 def make_config() -> LoopConfig:
-    """The demo world over the data folder."""
+    """The demo world over the data folder, with every stage of DESIGN §3 its own step
+    (Studio shows each round's model view as `assemble_context`'s update)."""
     model, _ = demo_model()
-    return demo_config(data_folder(), model=model)
+    return demo_config(data_folder(), model=model, model_view_step=True)
 
 
 def make_graph(config: LoopConfig) -> CyreneGraph:

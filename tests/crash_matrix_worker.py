@@ -93,6 +93,7 @@ def main() -> None:
             vision=lambda block: "一张图",
             max_context_tokens=100_000,
             on_turn_end=lambda user, assistant, persona: "平静",
+            model_view_step=True,  # every stage a step of its own, so each is a kill point
         )
         with open_checkpointer(url) as saver:
             graph = build_graph(config, saver)

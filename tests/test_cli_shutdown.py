@@ -60,7 +60,7 @@ BATCH = tool_calls(call("quick", "call-1", key="k"), call("slow", "call-2", topi
 
 
 def assert_stopped_after_the_tools(state) -> None:
-    assert state.next == ("assemble_context",), "stopped at the boundary after the tool step"
+    assert state.next == ("call_model",), "stopped at the boundary after the tool step"
     assert [m.type for m in state.values["messages"]] == ["human", "ai", "tool", "tool"]
 
 
@@ -172,7 +172,7 @@ def test_sigterm_in_a_worker_process_during_a_tool_call_leaves_a_resumable_sessi
     assert started.wait(30) == 143, started.stderr.read()
     assert _lines(log)[-2:] == [
         "slow done, stop requested: True",
-        "finished=False next=assemble_context exit=143",
+        "finished=False next=call_model exit=143",
     ]
     resumed = worker("resume")
     assert resumed.wait(60) == 0, resumed.stderr.read()

@@ -150,3 +150,45 @@ def test_a_delta_channel_value_can_be_rebuilt_and_stored_as_a_snapshot():
     assert [m.content for m in snapshot.value] == ["a", "#1", "b", "#3"], (
         "get_delta_channel_history + DeltaChannel.replay_writes (Beta) no longer rebuild the value"
     )
+
+
+def test_the_incremental_memory_saver_loads_what_langgraphs_walk_loads(monkeypatch):
+    """Its shortcut (walk back only to the thread's last load) returns LangGraph's own
+    history at every checkpoint: past a snapshot, for older checkpoints, after a fork,
+    and for a thread deleted and started again."""
+    full_walk = InMemorySaver.get_delta_channel_history
+    full_walks = []
+
+    def counted(self, **kwargs):
+        full_walks.append(kwargs["config"])
+        return full_walk(self, **kwargs)
+
+    monkeypatch.setattr(InMemorySaver, "get_delta_channel_history", counted)
+    graph = StateGraph(_DeltaState)
+    graph.add_node("echo", lambda s: {"messages": [AIMessage(f"#{len(s['messages'])}")]})
+    graph.add_edge(START, "echo")
+    saver = compat.IncrementalMemorySaver()
+    app = graph.compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "t"}}
+
+    def both(at: dict) -> tuple:
+        ours = saver.get_delta_channel_history(config=at, channels=["messages"])
+        theirs = full_walk(saver, config=at, channels=["messages"])
+        return ours, theirs
+
+    for turn in range(70):  # two updates a turn: the 100-update snapshot is crossed
+        app.invoke({"messages": [HumanMessage(f"m{turn}", id=f"h{turn}")]}, config)
+        ours, theirs = both(config)
+        assert ours == theirs, f"turn {turn}: the incremental history differs from LangGraph's"
+    assert "seed" in both(config)[1]["messages"], "the session crossed a snapshot"
+    assert len(full_walks) == 1, "after the first load, each turn's load walked only its own steps"
+    older = [s.config for s in app.get_state_history(config)]
+    for at in older[::7]:
+        ours, theirs = both(at)
+        assert ours == theirs
+    fork = app.update_state(older[40], {"messages": [HumanMessage("fork", id="fork")]})
+    assert both(fork) == both(fork)[::-1]
+    assert app.get_state(fork).values["messages"][-1].content == "fork"
+    saver.delete_thread("t")
+    app.invoke({"messages": [HumanMessage("again", id="again")]}, config)
+    assert [m.content for m in app.get_state(config).values["messages"]] == ["again", "#1"]

@@ -287,13 +287,12 @@ async def test_sync_and_async_paths_produce_the_same_transcript():
     shape = [(m.type, m.content) for m in sync_out["messages"]]
     assert shape == [("human", "2+3"), ("ai", ""), ("tool", "5"), ("ai", "是5")]
     assert [(m.type, m.content) for m in async_out["messages"]] == shape
-    assert [next(iter(u)) for u in updates] == [
-        "assemble_context", "call_model", "dispatch_tools", "assemble_context", "call_model",
-    ]  # fmt: skip
+    assert [next(iter(u)) for u in updates] == ["call_model", "dispatch_tools", "call_model"]
     assert [r.texts for r in sync_model.requests] == [r.texts for r in async_model.requests[:2]]
 
 
-def test_stages_that_are_on_run_in_the_designed_order(tmp_path):
+@pytest.mark.parametrize("view_step", [True, False])
+def test_stages_that_are_on_run_in_the_designed_order(tmp_path, view_step):
     model = ScriptedChatModel(script=[tool_calls(call("add", "c1", a=1, b=1)), AIMessage("2")])
     every_stage = make_config(
         model,
@@ -302,13 +301,16 @@ def test_stages_that_are_on_run_in_the_designed_order(tmp_path):
         memory=MemoryStore.open(tmp_path / "memory"),
         extractor=ManualExtractor(),
         on_turn_end=lambda *_: "calm",
+        model_view_step=view_step,
     )
     graph = build_graph(every_stage)
     updates = [next(iter(u)) for u in graph.stream({"messages": [human("1+1")]}, thread("o"))]
-    assert updates == [
+    stages = [
         "resolve_vision", "compact", "assemble_context", "call_model", "dispatch_tools",
         "compact", "assemble_context", "call_model", "extract_memory", "finish_turn",
     ]  # fmt: skip
+    assert updates == (stages if view_step else [s for s in stages if s != "assemble_context"])
+    assert len(model.requests) == 2, "with or without its own step, one view per model call"
     drawn = set(build_graph(make_config(model)).get_graph().nodes)
     assert set(LOOP_NODES) <= drawn, "stages that are off are still drawn"
 
