@@ -3,9 +3,10 @@
     with open_checkpointer("sqlite:///.cyrene/checkpoints.db") as saver: ...   # invoke / stream
     async with open_checkpointer("sqlite:///.cyrene/checkpoints.db") as saver: ...  # ainvoke / astream
 
-Schemes: `memory` (in-process: LangGraph's `InMemorySaver`, loading only what changed since
-a thread's last load; `nodes.compat.IncrementalMemorySaver`), `sqlite:///relative/path` or `sqlite:////abs/path`
-(the embedded default), `postgresql://…` (scale-out; needs the `postgres` extra).
+Schemes: `memory` (in-process: LangGraph's `InMemorySaver`, loading only what changed
+since a thread's last load; `nodes.compat.IncrementalMemorySaver`),
+`sqlite:///relative/path` or `sqlite:////abs/path` (the embedded default),
+`postgresql://…` (scale-out; needs the `postgres` extra).
 Tables are created on entry, so a fresh database works at once.
 """
 

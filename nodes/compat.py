@@ -134,7 +134,7 @@ class IncrementalMemorySaver(InMemorySaver):
         known = self._last.get(key)
         history = None
         if channels and known is not None and set(channels) <= known[1].keys():
-            history = known[1] if known[0] == target else self._since(key, target, known)
+            history = known[1] if known[0] == target else self._since(key, stored, target, known)
         if history is None:
             history = super().get_delta_channel_history(config=config, channels=channels)
         if target in stored:
@@ -147,13 +147,14 @@ class IncrementalMemorySaver(InMemorySaver):
     def _since(
         self,
         key: tuple[Any, str],
+        stored: Mapping[str, Any],
         target: str,
         known: tuple[str, Mapping[str, DeltaChannelHistory]],
     ) -> dict[str, DeltaChannelHistory] | None:
-        """The history at `target`, walking its ancestors as LangGraph does (a stored
-        snapshot ends a channel's walk, after that checkpoint's own writes), but
-        ending at `known`'s checkpoint, whose history is already at hand."""
-        stored = self.storage.get(key[0], {}).get(key[1], {})
+        """The history at `target` among the thread's `stored` checkpoints, walking its
+        ancestors as LangGraph does (a stored snapshot ends a channel's walk, after
+        that checkpoint's own writes), but ending at `known`'s checkpoint, whose
+        history is already at hand."""
         newer: dict[str, list] = {c: [] for c in known[1]}
         seeds: dict[str, Any] = {}
         entry = stored.get(target)

@@ -125,11 +125,12 @@ def close_interrupted_calls(messages: list[BaseMessage]) -> list[BaseMessage]:
     changed = False
     for message in messages:
         if isinstance(message, ToolMessage):
-            answered = [c for c in open_calls if c["id"] == message.tool_call_id]
-            if not answered and message.id == _interrupted_id(message.tool_call_id):
+            still_open = [c for c in open_calls if c["id"] != message.tool_call_id]
+            answers_none = len(still_open) == len(open_calls)
+            if answers_none and message.id == _interrupted_id(message.tool_call_id):
                 changed = True
                 continue
-            open_calls = [c for c in open_calls if c["id"] != message.tool_call_id]
+            open_calls = still_open
         elif open_calls:
             out.extend(_interrupted_result(call) for call in open_calls)
             open_calls = []

@@ -76,11 +76,13 @@ def test_the_reducer_returns_what_its_definition_returns(case):
 
 def ids_kept(current: list[BaseMessage], writes: list[list[BaseMessage]]) -> bool:
     """Replies and results keep what their id says, as the loop's stable ids guarantee:
-    an id never passes to another kind, and a reply rewritten under its id (the mood
-    on a final reply) keeps its calls. Human ids may collide: the reducer moves those."""
+    an id never passes to another kind, a reply rewritten under its id (the mood on a
+    final reply) keeps its calls, and no reply or result reuses a human message's id.
+    A human message may reuse theirs: the reducer moves those."""
     seen: dict[str | None, tuple] = {}
     for message in [*current, *(m for write in writes for m in write)]:
         if isinstance(message, HumanMessage):
+            seen.setdefault(message.id, ("human",))
             continue
         if isinstance(message, AIMessage):  # chunks too
             shape: tuple = ("ai", *(c["id"] for c in message.tool_calls))
