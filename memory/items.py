@@ -78,8 +78,16 @@ class MemoryItem(BaseModel):
     scope: Scope = Scope.USER
     persona_id: str | None = None
     source: Source = Field(default_factory=Source)
-    created_at: float = Field(default_factory=time.time)
+    created_at: float = Field(default_factory=time.time, validate_default=True)
     id: str | None = None
+
+    @field_validator("created_at")
+    @classmethod
+    def _to_the_millisecond(cls, value: float) -> float:
+        """Chroma keeps about 16 significant digits of a float, so today's `time.time()`
+        comes back without its last digits and an item read back would not equal the
+        one stored (one in ten did); milliseconds round-trip exactly."""
+        return round(value, 3)
 
     @field_validator("content", "kind")
     @classmethod

@@ -239,6 +239,13 @@ def test_lone_surrogates_become_replacement_characters(tmp_path):
     assert hit.item.content == "主人喜欢\ufffd猫"
 
 
+def test_an_item_read_back_equals_the_one_stored_to_the_last_digit(tmp_path):
+    item = MemoryItem(content="主人喜欢猫", created_at=1796006634.5940707)  # Chroma returned …071
+    store = MemoryStore.open(tmp_path / "m")
+    store.add(item)
+    assert store.get(item.id) == item
+
+
 def test_one_strip_and_reject_rule_for_content_and_kind():
     item = MemoryItem(content="  喜欢猫 \n", kind=" habit ")
     assert (item.content, item.kind) == ("喜欢猫", "habit")
