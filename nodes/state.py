@@ -33,17 +33,14 @@ from nodes.compaction import Summary
 from nodes.compat import DeltaChannel
 from nodes.transcript import close_interrupted_calls, last_reply_index
 
-COLLIDED_SUFFIX = "#human"
-"""Appended to an inbound message id that a reply or tool result already carries."""
-
 
 def merge_transcript(current: list[BaseMessage], writes: Sequence[Messages]) -> list[BaseMessage]:
     """DeltaChannel reducer: `add_messages` over a batch, then close dangling calls.
 
-    A human message never replaces a message of another kind that happens to
-    carry its id (`kept_apart`): `add_messages` replaces by id, and an inbound
-    message whose id collides with a reply or a tool result would otherwise
-    overwrite it and orphan a tool call.
+    A human message and a reply or tool result never replace each other when
+    they happen to share an id (`kept_apart`): `add_messages` replaces by id,
+    so an inbound message under a reply's id would orphan a tool call, and a
+    reply under the user's message id would lose what the user said.
 
     Both steps depend only on the resulting list, so the reducer is
     batching-invariant as `DeltaChannel` requires. It runs on every step and
@@ -89,28 +86,37 @@ def only_new_messages(current: Sequence[BaseMessage], batch: Sequence[Any]) -> b
 
 
 def kept_apart(current: Sequence[BaseMessage], batch: list[Any]) -> list[Any]:
-    """`batch` with each human message whose id belongs to another kind of message re-id'd
-    (one stored, or earlier in the batch).
+    """`batch` with each message whose id belongs to a message on the other side of the
+    human / not-human line (one stored, or earlier in the batch) moved to a derived id.
 
-    Re-sending a human message under its id still replaces it (that is how a
-    retried message is stored once); only a collision across kinds is moved
-    to a derived id, the same on every replay. Only what comes before a message
-    counts, so folding writes one by one or all at once moves the same ones.
+    What a person said and what the loop answered never overwrite each other:
+    a platform id can collide with a stored reply's, and a provider can answer
+    under the id the platform gave the user's message. Re-sending a human
+    message under its id still replaces it (that is how a retried message is
+    stored once), and a reply rewritten under its id still replaces the reply.
+    The derived id (`m1#ai`, `m1#human`, `m1#tool`; suffixed again while the
+    other side holds that too) is the same on every replay, so a later
+    rewrite of a moved message lands on the moved copy. Only what comes before
+    a message counts, so folding writes one by one or all at once moves the same ones.
     """
-    if not any(isinstance(m, HumanMessage) and m.id for m in batch):
-        return batch
-    taken = {m.id for m in current if not isinstance(m, HumanMessage)}
+    held_by_human: dict[str | None, bool] = {
+        m.id: isinstance(m, HumanMessage) for m in current if m.id
+    }
+    """id → whether a human message holds it, as of the message being looked at."""
     moved = []
     for message in batch:
-        if isinstance(message, HumanMessage):
-            if message.id in taken:
-                message = message.model_copy(update={"id": f"{message.id}{COLLIDED_SUFFIX}"})
-        elif isinstance(message, RemoveMessage):
+        if isinstance(message, RemoveMessage):
             if message.id == REMOVE_ALL_MESSAGES:
-                taken.clear()
-            taken.discard(message.id)
-        elif isinstance(message, BaseMessage):
-            taken.add(message.id)
+                held_by_human.clear()
+            held_by_human.pop(message.id, None)
+        elif isinstance(message, BaseMessage) and message.id:
+            human = isinstance(message, HumanMessage)
+            free_id = message.id
+            while held_by_human.get(free_id, human) != human:
+                free_id = f"{free_id}#{message.type}"
+            if free_id != message.id:
+                message = message.model_copy(update={"id": free_id})
+            held_by_human[free_id] = human
         moved.append(message)
     return moved
 

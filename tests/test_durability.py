@@ -355,17 +355,36 @@ async def test_async_runs_save_each_step_before_the_next_too(durability, saved_f
     assert seen == [saved_first]
 
 
-def test_an_inbound_id_that_a_reply_carries_never_overwrites_the_reply():
-    """A platform message id can collide with a stored AI or tool message id; the human
-    message is kept beside it and no tool call loses its result."""
+def two_turns_with_a_shared_id(
+    reply_id: str, first_id: str, second_id: str
+) -> tuple[list, ScriptedChatModel]:
+    """Two turns on one session, the first answered by a tool-calling reply under
+    `reply_id`: the stored transcript and the model that saw every request."""
     batch = tool_calls(call("get_time", "call-1"))
-    batch.id = "shared-id"
+    batch.id = reply_id
     model = ScriptedChatModel(script=[batch, AIMessage("八点半"), AIMessage("收到")])
     with open_checkpointer("memory") as saver:
         graph = build_graph(make_config(model), saver)
-        graph.invoke({"messages": [HumanMessage("几点了", id="m1")]}, thread("c"))
-        graph.invoke({"messages": [HumanMessage("谢谢", id="shared-id")]}, thread("c"))
-        messages = graph.get_state(thread("c")).values["messages"]
+        graph.invoke({"messages": [HumanMessage("几点了", id=first_id)]}, thread("c"))
+        graph.invoke({"messages": [HumanMessage("谢谢", id=second_id)]}, thread("c"))
+        return graph.get_state(thread("c")).values["messages"], model
+
+
+def test_a_reply_under_the_users_message_id_never_overwrites_what_the_user_said():
+    """A provider (or a proxy in front of one) can answer under the id the platform gave
+    the user's message; the reply is kept beside it, under a derived id, and the
+    user's words still reach the model and the transcript."""
+    messages, model = two_turns_with_a_shared_id("m1", first_id="m1", second_id="m3")
+    assert [(m.type, m.id) for m in messages][:2] == [("human", "m1"), ("ai", "m1#ai")]
+    assert messages[0].content == "几点了" and messages[2].tool_call_id == "call-1"
+    assert [m.type for m in messages] == ["human", "ai", "tool", "ai", "human", "ai"]
+    assert "几点了" in str(model.requests[-1].messages)
+
+
+def test_an_inbound_id_that_a_reply_carries_never_overwrites_the_reply():
+    """A platform message id can collide with a stored AI or tool message id; the human
+    message is kept beside it and no tool call loses its result."""
+    messages, model = two_turns_with_a_shared_id("shared-id", first_id="m1", second_id="shared-id")
     assert [m.type for m in messages] == ["human", "ai", "tool", "ai", "human", "ai"]
     assert messages[1].tool_calls and messages[2].tool_call_id == "call-1"
     assert messages[4].content == "谢谢" and messages[4].id == "shared-id#human"

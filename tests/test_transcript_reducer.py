@@ -76,13 +76,12 @@ def test_the_reducer_returns_what_its_definition_returns(case):
 
 def ids_kept(current: list[BaseMessage], writes: list[list[BaseMessage]]) -> bool:
     """Replies and results keep what their id says, as the loop's stable ids guarantee:
-    an id never passes to another kind, a reply rewritten under its id (the mood on a
-    final reply) keeps its calls, and no reply or result reuses a human message's id.
-    A human message may reuse theirs: the reducer moves those."""
+    an id never passes from one kind of reply or result to another, and a reply
+    rewritten under its id (the mood on a final reply) keeps its calls. Human
+    messages may collide with anything: the reducer moves those collisions."""
     seen: dict[str | None, tuple] = {}
     for message in [*current, *(m for write in writes for m in write)]:
         if isinstance(message, HumanMessage):
-            seen.setdefault(message.id, ("human",))
             continue
         if isinstance(message, AIMessage):  # chunks too
             shape: tuple = ("ai", *(c["id"] for c in message.tool_calls))
@@ -102,6 +101,31 @@ def test_folding_writes_one_by_one_or_at_once_gives_the_same_transcript(case):
     for write in writes:
         one_by_one = merge_transcript(one_by_one, [write])
     assert merge_transcript(current, writes) == one_by_one
+
+
+def test_what_the_user_said_and_what_the_loop_answered_never_overwrite_each_other():
+    said = HumanMessage("几点了", id="m1")
+    asked = AIMessage("", id="m1", tool_calls=[{"id": "c1", "name": "t", "args": {}}])
+    answered = ToolMessage("八点", tool_call_id="c1", id="m1")
+    merged = merge_transcript([said], [[asked], [answered]])
+    assert [(m.type, m.id) for m in merged] == [
+        ("human", "m1"),
+        ("ai", "m1#ai"),
+        ("tool", "m1#tool"),
+    ]
+    rewritten = asked.model_copy(update={"content": "查一下"})
+    again = merge_transcript(merged, [[rewritten]])
+    assert [m.content for m in again] == ["几点了", "查一下", "八点"], "lands on the moved copy"
+    resent = merge_transcript(again, [[HumanMessage("几点了？", id="m1")]])
+    assert [m.content for m in resent] == ["几点了？", "查一下", "八点"], "a re-send still replaces"
+
+
+def test_a_moved_id_that_the_other_side_holds_too_is_moved_again():
+    current = [HumanMessage("a", id="m1"), HumanMessage("b", id="m1#ai")]
+    merged = merge_transcript(current, [[AIMessage("嗯", id="m1")]])
+    assert [(m.type, m.id, m.content) for m in merged] == [
+        ("human", "m1", "a"), ("human", "m1#ai", "b"), ("ai", "m1#ai#ai", "嗯"),
+    ]  # fmt: skip
 
 
 def test_the_shortcut_is_taken_for_an_ordinary_step_and_only_then():
