@@ -6,10 +6,13 @@ Plain functions (no LangGraph), applied to every reply before anything runs:
   in the same reply, gets one derived from the reply's id and its position,
   so its result can be paired with it (a `ToolMessage` needs an id, and
   providers reject duplicates).
-- `is_cut_off`: the reply stopped at the output limit (OpenAI
-  `finish_reason="length"`, Anthropic `stop_reason="max_tokens"`, Gemini
-  `finish_reason="MAX_TOKENS"`). Its tool calls are never run, even when
-  their arguments parse: they may be missing arguments that were cut off.
+- `is_cut_off`: the provider ended the reply before the model did: at the
+  output limit (OpenAI `finish_reason="length"`, Anthropic
+  `stop_reason="max_tokens"`, Gemini `finish_reason="MAX_TOKENS"`), or by
+  its content filter (`content_filter`, `refusal`, Gemini's `SAFETY` and
+  kin). Its tool calls are never run, even when their arguments parse:
+  what parsed may be a prefix of what the model meant, and a stranger in a
+  group chat can steer a reply into the filter on purpose.
 - `closing_results`: the error results the loop itself answers such calls
   with, and every entry of `invalid_tool_calls` (arguments that did not
   parse). Both provider formatters send invalid calls as calls, so an
@@ -27,8 +30,19 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from nodes.tool_policy import invalid_call_result, truncated_result
 
-CUT_OFF_REASONS = frozenset({"length", "max_tokens", "max_output_tokens"})
+LIMIT_REASONS = frozenset(
+    {"length", "max_tokens", "max_output_tokens", "model_context_window_exceeded"}
+)
 """Stop reasons meaning "the output limit was hit", lower-cased across providers."""
+FILTER_REASONS = frozenset(
+    {
+        "content_filter",  # OpenAI
+        "refusal",  # Anthropic
+        *("safety", "recitation", "blocklist", "prohibited_content", "spii", "image_safety"),
+        "malformed_function_call",  # Gemini: the call it was writing did not hold together
+    }
+)
+"""Stop reasons meaning "the provider stopped the reply" (filters and the like)."""
 STOP_REASON_KEYS = ("finish_reason", "stop_reason", "done_reason")
 """`response_metadata` keys: OpenAI and Gemini, Anthropic, Ollama."""
 UNNAMED_TOOL = "unnamed_tool"
@@ -50,8 +64,8 @@ def stop_reason(message: BaseMessage) -> str | None:
 
 
 def is_cut_off(message: BaseMessage) -> bool:
-    """Whether the reply stopped at the output token limit rather than where the model chose."""
-    return stop_reason(message) in CUT_OFF_REASONS
+    """Whether the provider ended the reply (output limit, content filter) rather than the model."""
+    return stop_reason(message) in LIMIT_REASONS | FILTER_REASONS
 
 
 def stable_call_id(reply_id: str, index: int) -> str:
@@ -116,11 +130,12 @@ def _renamed_blocks(content: str | list, renamed: list[tuple[str | None, str]]) 
 def closing_results(reply: AIMessage) -> list[ToolMessage]:
     """Error results for the calls the loop answers instead of running them.
 
-    A cut-off reply's calls, all of them; otherwise every unparseable call,
-    carrying its parse error. Expects ids made stable first.
+    A cut-off reply's calls, all of them, saying why it stopped; otherwise every
+    unparseable call, carrying its parse error. Expects ids made stable first.
     """
     if is_cut_off(reply):
-        return [truncated_result(c) for c in reply.tool_calls] + [
-            truncated_result(c, c.get("error")) for c in reply.invalid_tool_calls
+        filtered = stop_reason(reply) if stop_reason(reply) in FILTER_REASONS else None
+        return [truncated_result(c, filtered=filtered) for c in reply.tool_calls] + [
+            truncated_result(c, c.get("error"), filtered) for c in reply.invalid_tool_calls
         ]
     return [invalid_call_result(c, c.get("error")) for c in reply.invalid_tool_calls]

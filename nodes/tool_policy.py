@@ -119,14 +119,26 @@ def vetoed_result(call: ToolCall, reason: str) -> ToolMessage:
     return soft_error(call, VETOED, reason)
 
 
-def truncated_result(call: Mapping[str, Any], parse_error: str | None = None) -> ToolMessage:
-    """A call from a reply cut off at the output limit: never run, the model is asked again."""
+def truncated_result(
+    call: Mapping[str, Any], parse_error: str | None = None, filtered: str | None = None
+) -> ToolMessage:
+    """A call from a reply the provider cut off (at the output limit, or with `filtered`, the
+    stop reason of its content filter): never run; the model may issue it again."""
     unparsed = f" Its arguments did not parse: {parse_error}." if parse_error else ""
+    if filtered is None:
+        why, again = (
+            "cut off at the output token limit",
+            "Issue the call again (keep the reply short).",
+        )
+    else:
+        why, again = (
+            f"stopped by the provider ({filtered})",
+            "Issue it again only if it is still needed.",
+        )
     return soft_error(
         call,
         TRUNCATED,
-        "your reply was cut off at the output token limit before this call was complete, "
-        f"so it was not run.{unparsed} Issue the call again (keep the reply short).",
+        f"your reply was {why} before this call was complete, so it was not run.{unparsed} {again}",
     )
 
 

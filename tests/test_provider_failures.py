@@ -372,11 +372,37 @@ CUT_OFF = [
     {"finish_reason": "length"},  # OpenAI
     {"stop_reason": "max_tokens"},  # Anthropic
     {"finish_reason": "MAX_TOKENS"},  # Gemini
+    {"stop_reason": "model_context_window_exceeded"},  # Anthropic, output hit the window
+]
+FILTERED = [
+    {"finish_reason": "content_filter"},  # OpenAI
+    {"stop_reason": "refusal"},  # Anthropic
+    {"finish_reason": "SAFETY"},  # Gemini
+    {"finish_reason": "MALFORMED_FUNCTION_CALL"},  # Gemini
 ]
 
 
-@pytest.mark.parametrize("metadata", CUT_OFF, ids=["openai", "anthropic", "gemini"])
+def said_why(metadata: dict[str, str]) -> str:
+    if metadata in CUT_OFF:
+        return "cut off at the output token limit"
+    return f"stopped by the provider ({next(iter(metadata.values())).lower()})"
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    CUT_OFF + FILTERED,
+    ids=[
+        "openai",
+        "anthropic",
+        "gemini",
+        "window",
+        *(f"filter-{p}" for p in ("openai", "anthropic", "gemini", "malformed")),
+    ],
+)
 def test_a_cut_off_reply_never_runs_its_tool_calls(metadata):
+    """Whether the output limit or the provider's filter stopped the reply, what parsed of
+    a call may be a prefix of what the model meant (`rm -rf /tmp/x` stopped at `rm -rf /`),
+    and a stranger can steer a reply into the filter. Such calls are answered, never run."""
     cut = AIMessage(
         "我来记",
         tool_calls=[call("remember", "c1", text="买牛奶")],
@@ -388,6 +414,7 @@ def test_a_cut_off_reply_never_runs_its_tool_calls(metadata):
     result = next(m for m in out["messages"] if isinstance(m, ToolMessage))
     assert result.status == "error" and result.tool_call_id == "c1"
     assert result.content.startswith("truncated:") and "again" in result.content
+    assert f"your reply was {said_why(metadata)} before" in result.content
     assert len(model.requests) == 2, "the loop goes on to the next round"
     assert isinstance(model.requests[1].messages[-1], ToolMessage)
     assert out["messages"][-1].content == "请再说一遍"

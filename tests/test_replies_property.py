@@ -67,7 +67,13 @@ class ReplySpec:
 
 CALL_IDS = st.sampled_from(["c1", "c2", None, ""])
 FINISHED = [None, None, {"finish_reason": "stop"}]
-CUT = [{"finish_reason": "length"}, {"stop_reason": "max_tokens"}, {"finish_reason": "MAX_TOKENS"}]
+CUT = [
+    {"finish_reason": "length"},
+    {"stop_reason": "max_tokens"},
+    {"finish_reason": "MAX_TOKENS"},
+    {"finish_reason": "content_filter"},  # stopped by the provider: never run either
+    {"stop_reason": "refusal"},
+]
 STOPS = st.sampled_from([*FINISHED, *CUT])
 REPLIES = st.builds(
     ReplySpec,
