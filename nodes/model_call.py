@@ -178,7 +178,7 @@ def bound_model(plan: RoundPlan, model: BaseChatModel) -> Runnable:
 def finish_round(loop: Loop, plan: RoundPlan, response: BaseMessage) -> dict:
     """Vet, label and close the reply; return the node's state update."""
     reply = response if isinstance(response, AIMessage) else AIMessage(message_text(response))
-    reply = with_stable_call_ids(reply)  # before anything pairs a result with a call
+    reply = with_stable_call_ids(reply, plan.view)  # before anything pairs a result with a call
     if loop.config.guards and (
         block := first_response_block(loop.config.guards, message_text(reply))
     ):

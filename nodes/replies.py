@@ -2,10 +2,11 @@
 
 Plain functions (no LangGraph), applied to every reply before anything runs:
 
-- `with_stable_call_ids`: a tool call with no id, or with an id already used
-  in the same reply, gets one derived from the reply's id and its position,
-  so its result can be paired with it (a `ToolMessage` needs an id, and
-  providers reject duplicates).
+- `with_stable_call_ids`: a tool call with no id, an id already used in the
+  same reply or earlier in the request, or an id another provider would
+  refuse, gets one derived from the reply's id and its position, so its
+  result can be paired with it (a `ToolMessage` needs an id, and providers
+  reject duplicates).
 - `is_cut_off`: the provider ended the reply before the model did: at the
   output limit (OpenAI `finish_reason="length"`, Anthropic
   `stop_reason="max_tokens"`, Gemini `finish_reason="MAX_TOKENS"`), or by
@@ -22,8 +23,10 @@ Plain functions (no LangGraph), applied to every reply before anything runs:
 from __future__ import annotations
 
 import hashlib
+import itertools
+import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -68,36 +71,68 @@ def is_cut_off(message: BaseMessage) -> bool:
     return stop_reason(message) in LIMIT_REASONS | FILTER_REASONS
 
 
-def stable_call_id(reply_id: str, index: int) -> str:
-    """A call id derived from the reply and the call's position: the same inputs, the same id.
+CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,40}")
+"""A call id every provider takes: Anthropic's pattern, OpenAI's 40-character cap."""
+
+
+def stable_call_id(reply_id: str, index: int, taken: Collection[str] = ()) -> str:
+    """A call id derived from the reply, the call's position and the ids already taken:
+    the same inputs, the same id.
 
     Short and `[A-Za-z0-9_]` only, which every provider accepts (OpenAI caps ids at 40).
     """
-    digest = hashlib.sha256(f"{reply_id}#{index}".encode()).hexdigest()[:24]
-    return f"call_{digest}"
+    seeds = (f"{reply_id}#{index}" + (f"#{n}" if n else "") for n in itertools.count())
+    derived = (f"call_{hashlib.sha256(seed.encode()).hexdigest()[:24]}" for seed in seeds)
+    return next(call_id for call_id in derived if call_id not in taken)
 
 
-def with_stable_call_ids(reply: AIMessage) -> AIMessage:
-    """The reply with a unique id on every call, valid or not (the reply itself if all had one).
+def call_ids(messages: Sequence[BaseMessage]) -> set[str]:
+    """The id of every call the messages' replies asked for, parseable or not."""
+    return {
+        call_id
+        for m in messages
+        if isinstance(m, AIMessage)
+        for c in (*m.tool_calls, *m.invalid_tool_calls)
+        if (call_id := c.get("id"))
+    }
 
-    The first call to use an id keeps it; a missing or repeated id is replaced
-    by `stable_call_id`, and the matching content block is patched alike. An
-    unparseable call without a name gets `UNNAMED_TOOL`.
+
+def with_stable_call_ids(reply: AIMessage, request: Sequence[BaseMessage] = ()) -> AIMessage:
+    """The reply with a usable, unique id on every call, valid or not (the reply itself if
+    all had one).
+
+    The first call to use an id keeps it, unless a message of the `request`
+    the reply answers already holds it (providers refuse a request that repeats
+    an id, and a provider that numbers calls `call_0` in every reply would
+    otherwise break the session for good) or another provider would refuse it
+    (`CALL_ID`: a fallback model must be able to read the session). Any other
+    id is replaced by `stable_call_id`, and the matching content block is
+    patched alike. An unparseable call without a name gets `UNNAMED_TOOL`.
     """
     calls: Sequence[Mapping[str, Any]] = [*reply.tool_calls, *reply.invalid_tool_calls]
+    if not calls:
+        return reply
+    taken = call_ids(request)
     ids = [c.get("id") for c in calls]
-    if all(ids) and len(set(ids)) == len(ids) and all(c.get("name") for c in calls):
+    if (
+        all(isinstance(i, str) and CALL_ID.fullmatch(i) and i not in taken for i in ids)
+        and len(set(ids)) == len(ids)
+        and all(c.get("name") for c in calls)
+    ):
         return reply
     reply_id = reply.id or f"run-{uuid.uuid4()}"
-    seen: set[str] = set()
+    used: set[str] = set(taken)
+    kept: set[str] = set()
     renamed: list[tuple[str | None, str]] = []
     fixed: list[dict[str, Any]] = []
     for index, call in enumerate(calls):
         call_id = call.get("id")
-        if not call_id or call_id in seen:
-            call_id = stable_call_id(reply_id, index)
+        if call_id and CALL_ID.fullmatch(call_id) and call_id not in used:
+            kept.add(call_id)
+        else:
+            call_id = stable_call_id(reply_id, index, used)
             renamed.append((call.get("id"), call_id))
-        seen.add(call_id)
+        used.add(call_id)
         fixed.append({**call, "id": call_id, "name": call.get("name") or UNNAMED_TOOL})
     valid = len(reply.tool_calls)
     return reply.model_copy(
@@ -105,13 +140,16 @@ def with_stable_call_ids(reply: AIMessage) -> AIMessage:
             "id": reply_id,
             "tool_calls": fixed[:valid],
             "invalid_tool_calls": fixed[valid:],
-            "content": _renamed_blocks(reply.content, renamed),
+            "content": _renamed_blocks(reply.content, renamed, kept),
         }
     )
 
 
-def _renamed_blocks(content: str | list, renamed: list[tuple[str | None, str]]) -> str | list:
-    """Content blocks of calls carry the new ids too, matched the way the calls were."""
+def _renamed_blocks(
+    content: str | list, renamed: list[tuple[str | None, str]], kept: set[str]
+) -> str | list:
+    """Content blocks of calls carry the new ids too, matched the way the calls were: a
+    block whose id a call kept keeps it the first time only."""
     if isinstance(content, str) or not renamed:
         return content
     pending, seen, out = list(renamed), set(), []
@@ -119,7 +157,7 @@ def _renamed_blocks(content: str | list, renamed: list[tuple[str | None, str]]) 
         if isinstance(block, dict) and block.get("type") in CALL_BLOCK_TYPES:
             old = block.get("id")
             match = next((p for p in pending if p[0] == old), None)
-            if (not old or old in seen) and match is not None:
+            if (old not in kept or old in seen) and match is not None:
                 pending.remove(match)
                 block = {**block, "id": match[1]}
             seen.add(block.get("id"))

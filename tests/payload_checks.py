@@ -4,11 +4,15 @@ A view the graph sent to the (scripted) model is turned into each provider's
 real request payload by its own LangChain formatter, then checked for the
 pairing rules both APIs enforce: every tool call has a string id and is
 answered by the messages right after it, and no tool result answers a call
-that is not there.
+that is not there. Ids are checked as the stricter API takes them: unique in
+the whole request, `[a-zA-Z0-9_-]` only (Anthropic: "`tool_use` ids must be
+unique", "String should match pattern"), at most 40 characters (OpenAI), so a
+session can fall back from one provider to the other.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from langchain_anthropic import ChatAnthropic
@@ -16,6 +20,18 @@ from langchain_core.messages import BaseMessage
 from langchain_openai import ChatOpenAI
 
 OPENAI = ChatOpenAI(model="gpt-4o-mini", api_key="offline")
+CALL_ID = re.compile(r"[a-zA-Z0-9_-]{1,40}")
+
+
+def id_problems(ids: list[Any]) -> list[str]:
+    """Call ids of a whole request that one of the APIs would refuse."""
+    bad = [i for i in ids if not isinstance(i, str) or not CALL_ID.fullmatch(i)]
+    repeated = sorted({i for i in ids if isinstance(i, str) and ids.count(i) > 1})
+    return [f"unusable call ids {bad}"] * bool(bad) + [f"call ids used twice {repeated}"] * bool(
+        repeated
+    )
+
+
 ANTHROPIC = ChatAnthropic(model="claude-sonnet-4-5", api_key="offline")
 
 
@@ -23,7 +39,9 @@ def openai_problems(view: list[BaseMessage]) -> list[str]:
     """Pairing errors in the OpenAI chat-completions payload of `view` ([] when valid)."""
     problems: list[str] = []
     open_ids: set[str] = set()
-    for i, message in enumerate(OPENAI._get_request_payload(view)["messages"]):
+    payload = OPENAI._get_request_payload(view)["messages"]
+    problems += id_problems([c.get("id") for m in payload for c in m.get("tool_calls") or []])
+    for i, message in enumerate(payload):
         if message["role"] == "tool":
             if message.get("tool_call_id") not in open_ids:
                 problems.append(f"message {i}: tool result for unknown call {message}")
@@ -52,6 +70,7 @@ def anthropic_problems(view: list[BaseMessage]) -> list[str]:
     """Pairing errors in the Anthropic messages payload of `view` ([] when valid)."""
     problems: list[str] = []
     messages = ANTHROPIC._get_request_payload(view)["messages"]
+    problems += id_problems([b["id"] for m in messages for b in _blocks(m, "tool_use")])
     for i, message in enumerate(messages):
         results = [b["tool_use_id"] for b in _blocks(message, "tool_result")]
         previous = messages[i - 1] if i else None

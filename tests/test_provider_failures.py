@@ -531,3 +531,50 @@ def test_native_anthropic_blocks_follow_their_calls_new_ids():
     assert block_ids == [c["id"] for c in stored.tool_calls] and len(set(block_ids)) == 2
     assert sorted(RUNS) == ["a", "b"]
     assert payload_problems("anthropic", model.requests[-1].messages) == []
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_provider_that_numbers_every_replys_calls_alike_never_breaks_the_session(provider):
+    """Some OpenAI-compatible servers call the first call of every reply `call_0`; Anthropic
+    refuses a request that repeats a `tool_use` id, so the second turn would fail, and
+    every turn after it. A call whose id the session already holds gets one of its own."""
+    script = []
+    for text in ("a", "b", "c"):
+        script += [
+            AIMessage("", tool_calls=[call("remember", "call_0", text=text)]),
+            AIMessage("记了"),
+        ]
+    model = ScriptedChatModel(script=script, provider=provider)
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(reply_config(model), saver)
+        for text in ("记a", "记b", "记c"):
+            out = graph.invoke({"messages": [human(text)]}, thread("n"))
+    assert RUNS == ["a", "b", "c"], "each call ran once"
+    asked = [c["id"] for m in out["messages"] if isinstance(m, AIMessage) for c in m.tool_calls]
+    assert asked[0] == "call_0" and len(set(asked)) == 3
+    answered = [m.tool_call_id for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert answered == asked
+    for checked in PROVIDERS:  # the session could fall back to either provider
+        assert payload_problems(checked, [*out["messages"], human("下一句")]) == []
+
+
+def test_a_call_id_another_provider_would_refuse_is_replaced_blocks_and_all():
+    """Kimi-style ids (`functions.remember:0`) break an Anthropic fallback ("String should
+    match pattern"); ids over 40 characters break an OpenAI one."""
+    kimi, long_id = "functions.remember:0", "call_" + "x" * 40
+    blocks = [
+        {"type": "tool_use", "id": kimi, "name": "remember", "input": {"text": "a"}},
+        {"type": "tool_use", "id": long_id, "name": "remember", "input": {"text": "b"}},
+    ]
+    reply = AIMessage(
+        blocks, tool_calls=[call("remember", kimi, text="a"), call("remember", long_id, text="b")]
+    )
+    model = ScriptedChatModel(script=[reply, AIMessage("都记了")], provider="anthropic")
+    out = build_graph(reply_config(model)).invoke({"messages": [human("记")]}, thread("k"))
+    stored = out["messages"][1]
+    ids = [c["id"] for c in stored.tool_calls]
+    assert kimi not in ids and long_id not in ids and len(set(ids)) == 2
+    assert [b["id"] for b in stored.content] == ids
+    assert sorted(RUNS) == ["a", "b"]
+    for checked in PROVIDERS:
+        assert payload_problems(checked, [*out["messages"], human("下一句")]) == []

@@ -65,7 +65,7 @@ class ReplySpec:
     stop: dict[str, str] | None
 
 
-CALL_IDS = st.sampled_from(["c1", "c2", None, ""])
+CALL_IDS = st.sampled_from(["c1", "c2", None, "", "functions.remember:0", "call_" + "x" * 40])
 FINISHED = [None, None, {"finish_reason": "stop"}]
 CUT = [
     {"finish_reason": "length"},
