@@ -172,7 +172,8 @@ def closing_results(reply: AIMessage) -> list[ToolMessage]:
     unparseable call, carrying its parse error. Expects ids made stable first.
     """
     if is_cut_off(reply):
-        filtered = stop_reason(reply) if stop_reason(reply) in FILTER_REASONS else None
+        reason = stop_reason(reply)
+        filtered = reason if reason in FILTER_REASONS else None
         return [truncated_result(c, filtered=filtered) for c in reply.tool_calls] + [
             truncated_result(c, c.get("error"), filtered) for c in reply.invalid_tool_calls
         ]
