@@ -27,9 +27,9 @@ import itertools
 import re
 import uuid
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, InvalidToolCall, ToolCall, ToolMessage
 
 from nodes.tool_policy import invalid_call_result, truncated_result
 
@@ -46,6 +46,8 @@ FILTER_REASONS = frozenset(
     }
 )
 """Stop reasons meaning "the provider stopped the reply" (filters and the like)."""
+CUT_OFF_REASONS = LIMIT_REASONS | FILTER_REASONS
+"""Every stop reason after which a reply's calls never run (`is_cut_off`, on every route)."""
 STOP_REASON_KEYS = ("finish_reason", "stop_reason", "done_reason")
 """`response_metadata` keys: OpenAI and Gemini, Anthropic, Ollama."""
 UNNAMED_TOOL = "unnamed_tool"
@@ -68,7 +70,7 @@ def stop_reason(message: BaseMessage) -> str | None:
 
 def is_cut_off(message: BaseMessage) -> bool:
     """Whether the provider ended the reply (output limit, content filter) rather than the model."""
-    return stop_reason(message) in LIMIT_REASONS | FILTER_REASONS
+    return stop_reason(message) in CUT_OFF_REASONS
 
 
 CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,40}")
@@ -86,15 +88,26 @@ def stable_call_id(reply_id: str, index: int, taken: Collection[str] = ()) -> st
     return next(call_id for call_id in derived if call_id not in taken)
 
 
+def requested_calls(message: AIMessage) -> list[ToolCall | InvalidToolCall]:
+    """Every call a reply asked for, parseable or not: each needs a result before the next
+    message, because the provider formatters send unparseable calls as calls too."""
+    return [*message.tool_calls, *message.invalid_tool_calls]
+
+
 def call_ids(messages: Sequence[BaseMessage]) -> set[str]:
     """The id of every call the messages' replies asked for, parseable or not."""
     return {
         call_id
         for m in messages
         if isinstance(m, AIMessage)
-        for c in (*m.tool_calls, *m.invalid_tool_calls)
+        for c in requested_calls(m)
         if (call_id := c.get("id"))
     }
+
+
+def usable_call_id(call_id: object) -> TypeGuard[str]:
+    """Whether every provider takes `call_id` as it is (`CALL_ID`)."""
+    return isinstance(call_id, str) and CALL_ID.fullmatch(call_id) is not None
 
 
 def with_stable_call_ids(reply: AIMessage, request: Sequence[BaseMessage] = ()) -> AIMessage:
@@ -109,13 +122,13 @@ def with_stable_call_ids(reply: AIMessage, request: Sequence[BaseMessage] = ()) 
     id is replaced by `stable_call_id`, and the matching content block is
     patched alike. An unparseable call without a name gets `UNNAMED_TOOL`.
     """
-    calls: Sequence[Mapping[str, Any]] = [*reply.tool_calls, *reply.invalid_tool_calls]
+    calls: Sequence[Mapping[str, Any]] = requested_calls(reply)
     if not calls:
         return reply
     taken = call_ids(request)
     ids = [c.get("id") for c in calls]
     if (
-        all(isinstance(i, str) and CALL_ID.fullmatch(i) and i not in taken for i in ids)
+        all(usable_call_id(i) and i not in taken for i in ids)
         and len(set(ids)) == len(ids)
         and all(c.get("name") for c in calls)
     ):
@@ -127,7 +140,7 @@ def with_stable_call_ids(reply: AIMessage, request: Sequence[BaseMessage] = ()) 
     fixed: list[dict[str, Any]] = []
     for index, call in enumerate(calls):
         call_id = call.get("id")
-        if call_id and CALL_ID.fullmatch(call_id) and call_id not in used:
+        if usable_call_id(call_id) and call_id not in used:
             kept.add(call_id)
         else:
             call_id = stable_call_id(reply_id, index, used)

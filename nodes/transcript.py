@@ -18,7 +18,7 @@ from langchain_core.messages import (
 )
 
 from memory.transcript import last_human, message_text
-from nodes.replies import is_cut_off
+from nodes.replies import is_cut_off, requested_calls
 
 MessageT = TypeVar("MessageT", bound=BaseMessage)
 INTERRUPTED_PREFIX = "interrupted"
@@ -66,14 +66,8 @@ def turn_number(messages: Sequence[BaseMessage]) -> int:
 
 
 def runnable_calls(message: AIMessage) -> list[ToolCall]:
-    """The calls of a reply that may run: none of a reply cut off at the output limit."""
+    """The calls of a reply that may run: none of a reply the provider cut off."""
     return [] if is_cut_off(message) else list(message.tool_calls)
-
-
-def requested_calls(message: AIMessage) -> list[ToolCall | InvalidToolCall]:
-    """Every call a reply asked for, parseable or not: each needs a result before the next
-    message, because the provider formatters send unparseable calls as calls too."""
-    return [*message.tool_calls, *message.invalid_tool_calls]
 
 
 def needs_another_round(messages: Sequence[BaseMessage], max_rounds: int) -> bool:
