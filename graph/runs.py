@@ -20,7 +20,6 @@ from langgraph.types import Durability
 
 from graph.session_ledger import Answered, Claim
 from graph.sessions import (
-    BusyPolicy,
     SessionGate,
     answered_chunks,
     entry_for,
@@ -32,6 +31,8 @@ from graph.sessions import (
 from memory.background import TURNS
 from nodes.boundary import admit
 from nodes.compat import CONFIG_KEY_DURABILITY
+from nodes.config import BusyPolicy
+from nodes.run_config import configurable, thread_id
 
 ANSWERED = object()
 """A recovered message that is stored and whose turn is complete: nothing to run."""
@@ -42,7 +43,7 @@ class NothingToResumeError(ValueError):
 
 
 def _nothing_to_resume(config: RunnableConfig | None) -> NothingToResumeError:
-    thread = ((config or {}).get("configurable") or {}).get("thread_id")
+    thread = thread_id(config)
     return NothingToResumeError(
         f"thread {thread!r} has no interrupted turn to resume; send a message to start one"
     )
@@ -91,7 +92,7 @@ class CyreneGraph(CompiledStateGraph):
             not self._saves_itself
             or kwargs.get("durability") is not None
             or kwargs.get("checkpoint_during") is not None
-            or CONFIG_KEY_DURABILITY in ((config or {}).get("configurable") or {})
+            or CONFIG_KEY_DURABILITY in configurable(config)
         )
         return kwargs if chosen else {**kwargs, "durability": self.default_durability}
 
@@ -112,7 +113,7 @@ class CyreneGraph(CompiledStateGraph):
     @staticmethod
     def _at(config: RunnableConfig | None, checkpoint_id: str | None) -> RunnableConfig:
         """The session's latest checkpoint, or the one with `checkpoint_id`."""
-        thread = ((config or {}).get("configurable") or {})["thread_id"]
+        thread = configurable(config)["thread_id"]
         at = {"thread_id": thread, "checkpoint_ns": ""}
         return {"configurable": {**at, "checkpoint_id": checkpoint_id} if checkpoint_id else at}
 

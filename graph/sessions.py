@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn
 from weakref import WeakKeyDictionary, WeakValueDictionary
 
 from langchain_core.messages import BaseMessage
@@ -39,11 +39,11 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from graph.checkpoint import POSTGRES_PREFIXES, SQLITE_PREFIX, saver_url
 from graph.session_ledger import Answered, Claim, Entry, Ledger, MemoryLedger, PlaceLost, Ring
+from nodes.config import BusyPolicy
 from nodes.env import SessionEnv
+from nodes.run_config import configurable, thread_id
 
 log = logging.getLogger("cyrene.sessions")
-
-BusyPolicy = Literal["merge", "enqueue", "reject"]
 
 
 class SessionBusyError(RuntimeError):
@@ -104,11 +104,9 @@ def queued(graph: Any, thread_id: str) -> int:
 
 def session_of(config: RunnableConfig | None) -> str | None:
     """The thread a run locks; None inside a parent graph's run or without a thread id."""
-    configurable = (config or {}).get("configurable") or {}
-    if configurable.get("checkpoint_ns"):
+    if configurable(config).get("checkpoint_ns"):
         return None
-    thread = configurable.get("thread_id")
-    return None if thread is None else str(thread)
+    return thread_id(config)
 
 
 def with_ids(input: Any) -> Any:
@@ -130,7 +128,7 @@ def group_of(input: Any, context: Any, config: RunnableConfig | None) -> str | N
         return None  # a resume runs alone
     env = context if isinstance(context, SessionEnv) else SessionEnv()
     extras = sorted((k, v) for k, v in input.items() if k != "messages")
-    fork = ((config or {}).get("configurable") or {}).get("checkpoint_id")
+    fork = configurable(config).get("checkpoint_id")
     # Compared across processes, so built of plain values' reprs (a pydantic repr is slow).
     return repr((sorted(vars(env).items()), extras, fork))
 

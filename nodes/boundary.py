@@ -43,6 +43,7 @@ from pydantic import ValidationError
 
 from nodes.env import SessionEnv
 from nodes.images import IMAGE_BLOCK_TYPES, normalise_image
+from nodes.run_config import configurable
 from nodes.sanitize import UNNAMED_MEMBER, check_id, clean_text, display_name, single_line
 from nodes.state import TurnInput
 
@@ -117,9 +118,8 @@ def admit_context(context: Any) -> SessionEnv | None:
 
 def check_thread(config: RunnableConfig | None) -> None:
     """Refuse a thread id the savers cannot store (they fail with raw database errors)."""
-    configurable = (config or {}).get("configurable") or {}
-    if "thread_id" in configurable:
-        check_id("thread id", configurable["thread_id"])
+    if "thread_id" in (given := configurable(config)):
+        check_id("thread id", given["thread_id"])
 
 
 def admit_fields(

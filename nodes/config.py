@@ -28,6 +28,7 @@ from nodes.vision import ImageDescriber
 
 ModelLike = BaseChatModel | str
 DEFAULT_REFUSAL = "抱歉，这个话题我不能继续。"
+BusyPolicy = Literal["merge", "enqueue", "reject"]
 
 
 class Persona(BaseModel):
@@ -212,7 +213,7 @@ class LoopConfig(BaseModel):
         gt=0,
         description="seconds a model call may take; a slower one is abandoned and counts as a transient error (`None` = no limit)",
     )
-    busy_policy: Literal["merge", "enqueue", "reject"] = Field(
+    busy_policy: BusyPolicy = Field(
         default="merge",
         description='a message sent while its session runs a turn: `"merge"` waits, and one next turn answers every waiting message (each keeps its speaker); `"enqueue"` waits for a turn of its own, in arrival order; `"reject"` raises `SessionBusyError` at once',
     )

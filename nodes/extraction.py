@@ -34,16 +34,12 @@ from memory.transcript import last_human
 from nodes.context import env_of, is_hidden
 from nodes.env import SessionEnv
 from nodes.loop import Loop
+from nodes.run_config import thread_id
 from nodes.state import LoopState, PendingExtraction
 
 log = logging.getLogger("cyrene.memory")
 
 PENDING = "pending_extractions"
-
-
-def thread_of(config: RunnableConfig | None) -> str | None:
-    """The run's thread id (where the session's checkpoints live)."""
-    return ((config or {}).get("configurable") or {}).get("thread_id")
 
 
 def extraction_key(thread_id: str | None, boundary: str) -> str:
@@ -109,7 +105,7 @@ def extract_turn(
     if getattr(extractor, "background", False):
         boundary = str(snapshot[-1].id)
         entry = PendingExtraction(
-            key=extraction_key(thread_of(config), boundary),
+            key=extraction_key(thread_id(config), boundary),
             boundary=boundary,
             session_id=source.session_id,
             message_id=source.message_id,

@@ -23,6 +23,7 @@ from memory.background import BackgroundJobs
 from memory.transcript import last_human
 from nodes.encoding import ENCODING_BY_PROVIDER, Encoding
 from nodes.knobs import Knobs, Provider, provider_of
+from nodes.run_config import thread_id
 
 if TYPE_CHECKING:
     from nodes.config import LoopConfig, Persona
@@ -125,7 +126,7 @@ class Loop:
         """`SessionEnv.session_id`, else the thread id."""
         if env.session_id:
             return env.session_id
-        return ((config or {}).get("configurable") or {}).get("thread_id")
+        return thread_id(config)
 
     @staticmethod
     def turn_id(env: SessionEnv, messages: Sequence[BaseMessage]) -> str | None:
