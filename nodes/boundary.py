@@ -12,8 +12,8 @@ nothing of it is stored. What is admitted is normalised:
   types (`text`, `image`, `image_url`). Each is rebuilt from its content, name
   and id alone, so a caller can't slip in the loop's own annotations.
 - **Images** become the one block shape every provider renders, or a text
-  placeholder (`nodes.images`).
-- **Display names** are normalised (`nodes.sanitize.display_name`). In a group
+  placeholder (`nodes.view.images`).
+- **Display names** are normalised (`nodes.view.sanitize.display_name`). In a group
   or stranger session, `name=None` marks the owner; any other name is a third
   party, and one with nothing visible left becomes `未命名成员` — never the owner.
 - **Text** has lone surrogates replaced with U+FFFD; **ids** (thread, session,
@@ -42,10 +42,10 @@ from langgraph.types import Command
 from pydantic import ValidationError
 
 from nodes.env import SessionEnv
-from nodes.images import IMAGE_BLOCK_TYPES, normalise_image
 from nodes.run_config import configurable
-from nodes.sanitize import UNNAMED_MEMBER, check_id, clean_text, display_name, single_line
 from nodes.state import TurnInput
+from nodes.view.images import IMAGE_BLOCK_TYPES, normalise_image
+from nodes.view.sanitize import UNNAMED_MEMBER, check_id, clean_text, display_name, single_line
 
 TURN_KEYS = TurnInput.__required_keys__ | TurnInput.__optional_keys__
 _CONTEXT_IDS = ("persona_id", "session_id", "turn_id")

@@ -31,11 +31,11 @@ from memory.background import ExtractionJob
 from memory.items import MemoryItem, Source
 from memory.policy import stamp
 from memory.transcript import last_human
-from nodes.context import env_of, is_hidden
-from nodes.env import SessionEnv
+from nodes.env import SessionEnv, env_of
 from nodes.loop import Loop
 from nodes.run_config import thread_id
 from nodes.state import LoopState, PendingExtraction
+from nodes.view.transcript import is_hidden
 
 log = logging.getLogger("cyrene.memory")
 
