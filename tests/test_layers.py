@@ -96,7 +96,9 @@ def test_no_package_has_an_import_cycle():
         try:
             tuple(TopologicalSorter(graph).static_order())
         except CycleError as cycle:
-            raise AssertionError(f"import cycle in {package}: {' -> '.join(cycle.args[1])}") from None
+            raise AssertionError(
+                f"import cycle in {package}: {' -> '.join(cycle.args[1])}"
+            ) from None
 
 
 def test_the_layer_contract_holds():
