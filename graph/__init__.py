@@ -8,12 +8,13 @@ from graph.sessions import SessionBusyError, SessionWaitTimeout
 from graph.shutdown import GracefulStop, StopRequested, arun_turn, run_turn
 from memory.background import JobStats, extraction_stats, wait_for_extractions
 from nodes.boundary import Trusted
-from nodes.capacity import CapacityEvent, CapacityPolicy, Tier
 from nodes.config import LoopConfig, Persona
 from nodes.env import SessionEnv
-from nodes.guards import Guard, KeywordGuard
+from nodes.policies.base import ModelRequest, Reply, Round, RoundPolicy
+from nodes.policies.capacity import CapacityEvent, CapacityPolicy, Tier
+from nodes.policies.guards import Guard, KeywordGuard
+from nodes.policies.tool_calls import AuditEvent, ToolHooks
 from nodes.state import LoopState, TurnInput
-from nodes.tool_policy import AuditEvent, ToolHooks
 
 __all__ = [
     "AuditEvent",
@@ -25,8 +26,12 @@ __all__ = [
     "KeywordGuard",
     "LoopConfig",
     "LoopState",
+    "ModelRequest",
     "Persona",
     "PruneReport",
+    "Reply",
+    "Round",
+    "RoundPolicy",
     "SessionBusyError",
     "SessionEnv",
     "SessionWaitTimeout",

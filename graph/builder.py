@@ -34,11 +34,11 @@ from nodes.context import make_assemble_context
 from nodes.env import SessionEnv
 from nodes.extraction import make_extract_memory
 from nodes.loop import Loop
-from nodes.model_call import make_call_model, retry_policy
+from nodes.model_call import make_call_model
 from nodes.state import LoopState, TurnInput
 from nodes.tools import make_dispatch_tools
-from nodes.transcript import needs_another_round, pending_tool_calls
 from nodes.turn_end import make_finish_turn
+from nodes.view.transcript import needs_another_round, pending_tool_calls
 from nodes.vision import make_resolve_vision
 
 VISION, COMPACT, ASSEMBLE, CALL, DISPATCH, EXTRACT, FINISH = (
@@ -149,8 +149,8 @@ def build_graph(
     graph.add_node(ASSEMBLE, make_assemble_context(loop))
     graph.add_node(
         CALL,
-        RunnableCallable(*make_call_model(loop), name=CALL, trace=False),
-        retry_policy=retry_policy(config),
+        make_call_model(loop),
+        retry_policy=config.retry,
     )
     graph.add_node(DISPATCH, make_dispatch_tools(loop))
     graph.add_node(EXTRACT, make_extract_memory(loop))

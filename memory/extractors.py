@@ -27,7 +27,12 @@ _REMEMBER = re.compile(
 
 
 class ManualExtractor:
-    """Deterministic: "记住 X" / "remember X" in the turn's user message → one memory. Inline."""
+    """Deterministic: "记住 X" / "remember X" in the owner's latest message → one memory. Inline.
+
+    Only the owner's words: a human message with a display name is a third
+    party's, and is never stored (the loop also keeps such messages from every
+    extractor, see `nodes.extraction.extractable`).
+    """
 
     background = False
 
@@ -37,7 +42,7 @@ class ManualExtractor:
 
     def extract(self, messages: Sequence[BaseMessage]) -> list[MemoryItem]:
         human = last_human(messages)
-        match = _REMEMBER.search(message_text(human)) if human else None
+        match = _REMEMBER.search(message_text(human)) if human and not human.name else None
         if not match:
             return []
         what = match.group("what").strip().rstrip("。.!！")

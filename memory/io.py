@@ -29,8 +29,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from memory.errors import MemoryStoreError, MemoryWriteError
-from memory.items import MemoryItem, replace_surrogates, require_owner
+from memory.items import MemoryItem, require_owner
 from memory.protocols import MemoryBackend
+from memory.text import clean_text
 
 DEFAULT_BATCH = 500
 
@@ -144,7 +145,7 @@ def _parse(data: bytes) -> tuple[MemoryItem, bool]:
         raise ValueError("; ".join(_describe(error) for error in exc.errors())) from None
     require_owner(item)
     dumped = json.dumps(record, ensure_ascii=False)
-    return item, replace_surrogates(dumped) != dumped
+    return item, clean_text(dumped) != dumped
 
 
 def _describe(error: Mapping[str, Any]) -> str:

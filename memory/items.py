@@ -17,7 +17,6 @@ the layer's one policy for them, so nothing past this point has to care.
 from __future__ import annotations
 
 import hashlib
-import re
 import time
 from enum import StrEnum
 from typing import Any
@@ -31,19 +30,14 @@ from pydantic import (
     model_validator,
 )
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-REPLACEMENT = "\ufffd"
+from memory.text import clean_text
+
 UNOWNED_PERSONA_BUCKET = "persona"
 """The bucket key of a persona item that has no persona yet: never a collection."""
 
 
-def replace_surrogates(text: str) -> str:
-    """`text` with each lone surrogate replaced by U+FFFD (the memory layer's policy)."""
-    return _SURROGATE.sub(REPLACEMENT, text)
-
-
 def _clean_optional(value: str | None) -> str | None:
-    return replace_surrogates(value) if isinstance(value, str) else value
+    return clean_text(value) if isinstance(value, str) else value
 
 
 class Scope(StrEnum):
@@ -92,7 +86,7 @@ class MemoryItem(BaseModel):
     @field_validator("content", "kind")
     @classmethod
     def _text_not_empty(cls, value: str, info: ValidationInfo) -> str:
-        value = replace_surrogates(value).strip()
+        value = clean_text(value).strip()
         if not value:
             raise ValueError(f"{info.field_name}: must not be empty")
         return value

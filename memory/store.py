@@ -31,11 +31,12 @@ from chromadb.errors import NotFoundError
 
 from memory.embedding import HashingEmbedding
 from memory.errors import MemoryStoreError, MemoryWriteError
-from memory.items import MemoryItem, Scope, bucket_name, replace_surrogates, require_owner
+from memory.items import MemoryItem, Scope, bucket_name, require_owner
 from memory.layout import bucket_metadata, check_owner, collection_name, migrate, ours
 from memory.ranking import Decay, SearchResult, rank
 from memory.records import item_key, may_read, records, upsert_each
 from memory.store_lock import DEFAULT_LOCK_TIMEOUT, StoreLock
+from memory.text import clean_text
 
 log = logging.getLogger("cyrene.memory")
 
@@ -334,8 +335,8 @@ class MemoryStore(AbstractContextManager["MemoryStore"]):
         """
         if not query.strip() or k <= 0:
             return []
-        reader = replace_surrogates(persona_id) if persona_id else None
-        embedding = self.embedding_function.embed_query([replace_surrogates(query)])
+        reader = clean_text(persona_id) if persona_id else None
+        embedding = self.embedding_function.embed_query([clean_text(query)])
         buckets = self.readable_buckets(reader, restricted)
         collections = [c for b in buckets if (c := self._collection(b, create=False)) is not None]
 

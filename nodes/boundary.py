@@ -12,8 +12,8 @@ nothing of it is stored. What is admitted is normalised:
   types (`text`, `image`, `image_url`). Each is rebuilt from its content, name
   and id alone, so a caller can't slip in the loop's own annotations.
 - **Images** become the one block shape every provider renders, or a text
-  placeholder (`nodes.images`).
-- **Display names** are normalised (`nodes.sanitize.display_name`). In a group
+  placeholder (`nodes.view.images`).
+- **Display names** are normalised (`nodes.view.sanitize.display_name`). In a group
   or stranger session, `name=None` marks the owner; any other name is a third
   party, and one with nothing visible left becomes `未命名成员` — never the owner.
 - **Text** has lone surrogates replaced with U+FFFD; **ids** (thread, session,
@@ -41,11 +41,12 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command
 from pydantic import ValidationError
 
+from memory.text import clean_text, is_blank, single_line
 from nodes.env import SessionEnv
-from nodes.images import IMAGE_BLOCK_TYPES, normalise_image
 from nodes.run_config import configurable
-from nodes.sanitize import UNNAMED_MEMBER, check_id, clean_text, display_name, single_line
 from nodes.state import TurnInput
+from nodes.view.images import IMAGE_BLOCK_TYPES, normalise_image
+from nodes.view.sanitize import UNNAMED_MEMBER, check_id, display_name
 
 TURN_KEYS = TurnInput.__required_keys__ | TurnInput.__optional_keys__
 _CONTEXT_IDS = ("persona_id", "session_id", "turn_id")
@@ -59,8 +60,10 @@ class Trusted:
     transcript and shown to the model in place) and `AIMessage`s without tool
     calls (say, a reply the persona gave on another channel; set `name` to the
     persona id). It still needs a human message to open the turn, and is
-    otherwise checked and normalised like any turn input. Never wrap text that
-    a chat participant controls.
+    otherwise checked and normalised like any turn input. It may also wrap a
+    `Command` (its update then follows these rules, and it may `goto`), or the
+    values of `graph.update_state`. Never wrap text that a chat participant
+    controls.
 
     Example:
         graph.invoke(
@@ -69,14 +72,15 @@ class Trusted:
         )
     """
 
-    input: Mapping[str, Any]
+    input: Mapping[str, Any] | Command
 
 
 def admit(input: Any, config: RunnableConfig | None, context: Any) -> tuple[Any, SessionEnv | None]:
     """The run's input and context as the loop may take them, or an exception.
 
-    `None` and a `Command` resume an interrupted turn (a `Command`'s `update` is
-    checked like trusted input); anything else starts a new turn.
+    `None` resumes an interrupted turn; a `Command` resumes one too, and its
+    `update` is checked like turn input (`Trusted(Command(...))` for the
+    application's own); anything else starts a new turn.
 
     Raises:
         ValueError: input, context or thread id that the loop refuses, named.
@@ -85,16 +89,27 @@ def admit(input: Any, config: RunnableConfig | None, context: Any) -> tuple[Any,
     env = admit_context(context)
     check_thread(config)
     restricted = env is not None and env.restricted
-    if input is None:
+    trusted = isinstance(input, Trusted)
+    raw = input.input if isinstance(input, Trusted) else input
+    if raw is None:
         return None, env
-    if isinstance(input, Command):
-        if input.update is None:
-            return input, env
-        update = admit_fields(input.update, restricted, trusted=True, opening=False)
-        return replace(input, update=update), env
-    if isinstance(input, Trusted):
-        return admit_fields(input.input, restricted, trusted=True), env
-    return admit_fields(input, restricted, trusted=False), env
+    if isinstance(raw, Command):
+        return admit_command(raw, restricted, trusted=trusted), env
+    return admit_fields(raw, restricted, trusted=trusted), env
+
+
+def admit_command(command: Command, restricted: bool, *, trusted: bool) -> Command:
+    """A `Command` whose update follows the turn-input rules, and which only the
+    application may use to steer the graph (`goto`, a parent graph)."""
+    if not trusted and (command.goto or command.graph is not None):
+        raise ValueError(
+            "Command(goto=…) and Command(graph=…) steer the loop itself: only the application "
+            "may send them, as Trusted(Command(…))"
+        )
+    if command.update is None:
+        return command
+    update = admit_fields(command.update, restricted, trusted=trusted, opening=False)
+    return replace(command, update=update)
 
 
 def admit_context(context: Any) -> SessionEnv | None:
@@ -135,7 +150,9 @@ def admit_fields(
         raise ValueError(f"turn input: unknown key(s) {unknown}; a turn takes {sorted(TURN_KEYS)}")
     admitted: dict[str, Any] = {}
     if opening or "messages" in fields:
-        admitted["messages"] = admit_messages(fields.get("messages"), restricted, trusted=trusted)
+        admitted["messages"] = admit_messages(
+            fields.get("messages"), restricted, trusted=trusted, opening=opening
+        )
     if fields.get("working_memory") is not None:
         admitted["working_memory"] = admit_working_memory(fields["working_memory"])
     return admitted
@@ -148,8 +165,10 @@ def admit_working_memory(value: Any) -> str:
     return clean_text(value)
 
 
-def admit_messages(raw: Any, restricted: bool, *, trusted: bool) -> list[BaseMessage]:
-    """The turn's messages, normalised; at least one of them human.
+def admit_messages(
+    raw: Any, restricted: bool, *, trusted: bool, opening: bool = True
+) -> list[BaseMessage]:
+    """The turn's messages, normalised; when they open a turn, at least one of them human.
 
     Like `add_messages`, a list holds several messages and anything else is one.
     """
@@ -160,7 +179,7 @@ def admit_messages(raw: Any, restricted: bool, *, trusted: bool) -> list[BaseMes
         admit_message(item, f"messages[{i}]", restricted, trusted=trusted)
         for i, item in enumerate(items)
     ]
-    if not any(isinstance(m, HumanMessage) for m in messages):
+    if opening and not any(isinstance(m, HumanMessage) for m in messages):
         raise ValueError("turn input: a turn needs at least one human message")
     return messages
 
@@ -222,8 +241,10 @@ def admit_content(content: Any, where: str, *, images: bool) -> str | list[str |
     """Non-empty text, or known content blocks (images only where `images`)."""
     if isinstance(content, str):
         text = clean_text(content)
-        if not text.strip():
-            raise ValueError(f"{where}: the message has no text")
+        if is_blank(text):
+            raise ValueError(
+                f"{where}: the message has no text (only whitespace or invisible characters)"
+            )
         return text
     if not isinstance(content, list):
         raise TypeError(f"{where}: content must be text or a list of blocks")
@@ -248,7 +269,7 @@ def admit_block(raw: Any, where: str, *, images: bool) -> dict[str, str] | None:
         if not isinstance(text, str):
             raise ValueError(f"{where}: a text block needs its 'text' as a string")
         text = clean_text(text)
-        return {"type": "text", "text": text} if text.strip() else None
+        return None if is_blank(text) else {"type": "text", "text": text}
     if images and kind in IMAGE_BLOCK_TYPES:
         return normalise_image(block)
     known = "text, image, image_url" if images else "text"

@@ -16,12 +16,12 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
-from nodes.attribution import describe_speaker
-from nodes.compaction import StructuralCompactor, plan_cut, token_counter, uncovered_start
-from nodes.context import env_of, view_of_state
-from nodes.env import SessionEnv
+from nodes.env import SessionEnv, env_of
 from nodes.loop import Loop
 from nodes.state import LoopState
+from nodes.view.assemble import view_of_state
+from nodes.view.attribution import describe_speaker
+from nodes.view.compaction import StructuralCompactor, plan_cut, token_counter, uncovered_start
 
 log = logging.getLogger("cyrene.compaction")
 

@@ -27,6 +27,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import _DeltaSnapshot as DeltaSnapshot
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.pregel._retry import _should_retry_on as retry_policy_retries
 
 __all__ = [
     "CONFIG_KEY_DURABILITY",
@@ -38,6 +39,7 @@ __all__ = [
     "delta_channels_replayed",
     "delta_snapshots",
     "reclass_compiled",
+    "retry_policy_retries",
 ]
 
 CompiledT = TypeVar("CompiledT", bound=CompiledStateGraph[Any, Any, Any, Any])

@@ -8,6 +8,7 @@ error names the offending field.
 
 from __future__ import annotations
 
+import difflib
 import warnings
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -17,18 +18,47 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as as_tool
+from langgraph.types import RetryPolicy
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from memory.protocols import Extractor, MemoryBackend
-from nodes.capacity import CapacityEvent, CapacityPolicy, repeated
-from nodes.compaction import Compactor
-from nodes.guards import Guard
-from nodes.tool_policy import AuditEvent, ToolHooks
-from nodes.vision import ImageDescriber
+from nodes.policies.base import RoundPolicy
+from nodes.policies.capacity import CapacityEvent, CapacityPolicy, repeated
+from nodes.policies.guards import Guard
+from nodes.policies.provider_errors import retry_policy
+from nodes.policies.tool_calls import AuditEvent, ToolHooks
+from nodes.protocols import Compactor, ImageDescriber
 
 ModelLike = BaseChatModel | str
 DEFAULT_REFUSAL = "抱歉，这个话题我不能继续。"
 BusyPolicy = Literal["merge", "enqueue", "reject"]
+
+
+RENAMED_FIELDS = {
+    "model_retries": "retry",
+    "retry_initial_interval": "retry",
+    "retry_backoff": "retry",
+    "retry_max_interval": "retry",
+    "retry_jitter": "retry",
+}
+"""Fields that became part of another (the old name's error says where it went)."""
+
+
+def refuse_unknown_fields(cls: type[BaseModel], data: Any) -> Any:
+    """Refuse a field the model does not have, naming the closest real one: a typo such
+    as `max_context_tokenz=5` must fail, not leave the real knob at its default."""
+    if isinstance(data, dict):
+        fields = list(cls.model_fields)
+        for name in data:
+            if name in cls.model_fields:
+                continue
+            if (renamed := RENAMED_FIELDS.get(str(name))) in cls.model_fields:
+                hint = f"; it is now part of {renamed!r}"
+            else:
+                close = difflib.get_close_matches(str(name), fields, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"{cls.__name__}: unknown field {name!r}{hint}")
+    return data
 
 
 class Persona(BaseModel):
@@ -38,7 +68,9 @@ class Persona(BaseModel):
     (the seed's `PersonaKnobs` falling back to `Options.Thinking` & co.).
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True, extra="forbid")
+
+    _refuse_unknown = model_validator(mode="before")(refuse_unknown_fields)
 
     name: str = Field(default="", description="Display name, e.g. 昔涟; empty means 'use the id'.")
     instructions: str = Field(default="", description="System prompt; always the first message.")
@@ -57,9 +89,12 @@ class Persona(BaseModel):
 
 
 class LoopConfig(BaseModel):
-    """Everything `build_graph` needs. Field order follows DESIGN §7."""
+    """Everything `build_graph` needs. Field order follows DESIGN §7.
 
-    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+    Unknown fields are refused, naming the closest real one.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True, extra="forbid")
 
     model: ModelLike = Field(
         description='a `BaseChatModel` or a `"provider:model"` string (via `init_chat_model`) — seed `Agent`'
@@ -148,6 +183,10 @@ class LoopConfig(BaseModel):
         default_factory=ToolHooks,
         description="`before_batch`, `after_batch`, `before_call` (may veto), `after_call` — seed `Hooks`",
     )
+    policies: Sequence[RoundPolicy] = Field(
+        default=(),
+        description="your own `RoundPolicy`s, run after the built-in ones in this order (`before_model`, `wrap_model_call`, `after_model`; see `nodes.policies`)",
+    )
     on_audit: Callable[[AuditEvent], None] | None = Field(
         default=None,
         description="receives `AuditEvent`s of restricted denials (`graph.sinks.JsonlSink` writes JSON lines) — seed `OnAudit`",
@@ -186,23 +225,9 @@ class LoopConfig(BaseModel):
     clock: Callable[[], datetime] = Field(
         default=lambda: datetime.now(UTC), description="the time source (tests pass a fixed one)"
     )
-    model_retries: int = Field(
-        default=2,
-        ge=0,
-        description="retries of a model call after a transient error (429, 5xx, timeout, dropped connection), with exponential backoff; 0 = off",
-    )
-    retry_initial_interval: float = Field(
-        default=0.5, ge=0, description="seconds before the first retry"
-    )
-    retry_backoff: float = Field(
-        default=2.0, ge=1, description="each wait is this many times the one before"
-    )
-    retry_max_interval: float = Field(
-        default=30.0, ge=0, description="longest wait between two attempts, in seconds"
-    )
-    retry_jitter: bool = Field(
-        default=True,
-        description="add LangGraph's random 0–1 s to each wait, so sessions don't retry in lockstep",
+    retry: RetryPolicy | None = Field(
+        default_factory=lambda: retry_policy({}),
+        description="LangGraph's `RetryPolicy` for a model call (or a mapping of its arguments): by default 3 attempts, 0.5 s then 1 s apart plus jitter, on transient errors only (429, 5xx, timeouts, dropped connections: `is_transient`); `None` = off",
     )
     fallback_models: Sequence[ModelLike] = Field(
         default=(),
@@ -222,6 +247,24 @@ class LoopConfig(BaseModel):
         gt=0,
         description="seconds a message may wait for its session; then `SessionWaitTimeout` (a `TimeoutError`) and the message is not stored",
     )
+
+    _refuse_unknown = model_validator(mode="before")(refuse_unknown_fields)
+
+    @field_validator("retry", mode="before")
+    @classmethod
+    def _as_retry_policy(cls, value: Any) -> RetryPolicy | None:
+        return retry_policy(value)
+
+    @field_validator("policies", mode="before")
+    @classmethod
+    def _check_policies(cls, value: Any) -> tuple[RoundPolicy, ...]:
+        policies = tuple(value or ())
+        for index, policy in enumerate(policies):
+            if not isinstance(policy, RoundPolicy):
+                raise ValueError(
+                    f"policies[{index}]: expected a RoundPolicy, got {type(policy).__name__}"
+                )
+        return policies
 
     @field_validator("tools", mode="before")
     @classmethod

@@ -8,8 +8,10 @@ caller builds it — before any node runs — with an error naming the field.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
+from langgraph.prebuilt import ToolRuntime
+from langgraph.runtime import Runtime
 from pydantic import BaseModel, ConfigDict, Field
 
 Actor = Literal["owner", "group", "stranger", "internal"]
@@ -45,3 +47,17 @@ class SessionEnv(BaseModel):
     def restricted(self) -> bool:
         """Group and stranger sessions: read-only memory, locked-down tools."""
         return self.actor in RESTRICTED_ACTORS
+
+
+def env_of(runtime: Runtime[SessionEnv] | ToolRuntime[Any, Any] | None) -> SessionEnv:
+    """The run's SessionEnv; a run started without one is the owner's.
+
+    The boundary (`nodes.boundary.admit`) refuses any other context, so
+    anything else here is a bug and fails loudly instead of running as the owner.
+    """
+    context = runtime.context if runtime is not None else None
+    if context is None:
+        return SessionEnv()
+    if not isinstance(context, SessionEnv):
+        raise TypeError(f"context must be a SessionEnv, got {type(context).__name__}")
+    return context

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
@@ -31,11 +31,11 @@ from memory.background import ExtractionJob
 from memory.items import MemoryItem, Source
 from memory.policy import stamp
 from memory.transcript import last_human
-from nodes.context import env_of, is_hidden
-from nodes.env import SessionEnv
+from nodes.env import SessionEnv, env_of
 from nodes.loop import Loop
 from nodes.run_config import thread_id
 from nodes.state import LoopState, PendingExtraction
+from nodes.view.transcript import is_hidden, turn_start
 
 log = logging.getLogger("cyrene.memory")
 
@@ -47,11 +47,33 @@ def extraction_key(thread_id: str | None, boundary: str) -> str:
     return hashlib.sha256(f"{thread_id or ''}\x00{boundary}".encode()).hexdigest()[:32]
 
 
+def extractable(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """What an extractor may read: no guard-hidden message, and no third party's words.
+
+    A human message with a display name is someone other than the owner; an
+    extractor that never sees it can never store it as the owner's or a
+    persona's memory, whatever the extractor (a rule, a model) makes of the rest.
+    """
+    return [
+        m for m in messages if not is_hidden(m) and not (isinstance(m, HumanMessage) and m.name)
+    ]
+
+
+def opening_messages(messages: Sequence[BaseMessage]) -> list[HumanMessage]:
+    """The human messages that opened the latest turn (several when a burst was merged)."""
+    opening: list[HumanMessage] = []
+    for message in reversed(messages[: turn_start(messages) + 1]):
+        if not isinstance(message, HumanMessage):
+            break
+        opening.append(message)
+    return opening[::-1]
+
+
 def snapshot_until(messages: Sequence[BaseMessage], boundary: str) -> list[BaseMessage] | None:
-    """What the extractor saw: visible messages up to `boundary`; None if it is gone."""
+    """What the extractor saw: `extractable` messages up to `boundary`; None if it is gone."""
     for index, message in enumerate(messages):
         if message.id == boundary:
-            return [m for m in messages[: index + 1] if not is_hidden(m)]
+            return extractable(messages[: index + 1])
     return None
 
 
@@ -99,9 +121,11 @@ def extract_turn(
     """Extract this turn: inline, or handed to the background and returned as pending."""
     extractor, store = loop.config.extractor, loop.config.memory
     assert extractor is not None and store is not None
-    snapshot = [m for m in messages if not is_hidden(m)]
+    if not any(not h.name for h in opening_messages(messages)):
+        return []  # only third parties spoke: nothing of the owner's to remember
+    snapshot = extractable(messages)
     persona_id = loop.persona_for(env)
-    source = Source(session_id=loop.session_id(env, config), message_id=loop.turn_id(env, snapshot))
+    source = Source(session_id=loop.session_id(env, config), message_id=loop.turn_id(env, messages))
     if getattr(extractor, "background", False):
         boundary = str(snapshot[-1].id)
         entry = PendingExtraction(

@@ -21,9 +21,10 @@ from langchain_core.tools import BaseTool
 
 from memory.background import BackgroundJobs
 from memory.transcript import last_human
-from nodes.encoding import ENCODING_BY_PROVIDER, Encoding
-from nodes.knobs import Knobs, Provider, provider_of
+from nodes.policies.knobs import Knobs
 from nodes.run_config import thread_id
+from nodes.view.encoding import ENCODING_BY_PROVIDER, Encoding
+from nodes.view.providers import Provider, provider_of
 
 if TYPE_CHECKING:
     from nodes.config import LoopConfig, Persona
@@ -53,6 +54,7 @@ class Loop:
     default_model: BaseChatModel
     persona_models: dict[str, BaseChatModel] = field(default_factory=dict)
     tools_by_name: dict[str, BaseTool] = field(default_factory=dict)
+    fallback_models: tuple[BaseChatModel, ...] = ()
     jobs: BackgroundJobs = field(default_factory=BackgroundJobs)
     providers: dict[int, tuple[BaseChatModel, Provider]] = field(default_factory=dict, repr=False)
 
@@ -68,6 +70,10 @@ class Loop:
                 if p.model is not None
             },
             tools_by_name={t.name: t for t in config.tools},
+            fallback_models=tuple(
+                resolve_model(model, f"fallback_models[{i}]")
+                for i, model in enumerate(config.fallback_models)
+            ),
             jobs=BackgroundJobs(timeout=config.extraction_timeout),
         )
 
@@ -103,9 +109,12 @@ class Loop:
         return self.persona_models.get(persona_id or "", self.default_model)
 
     def provider_for(self, persona_id: str | None) -> Provider:
-        """The persona's provider family, worked out once per model (LangChain's answer
-        costs ~50 µs a call). Keyed by the model, so a `replace`d Loop shares it safely."""
-        model = self.model_for(persona_id)
+        """The provider family of the persona's model."""
+        return self.family(self.model_for(persona_id))
+
+    def family(self, model: BaseChatModel) -> Provider:
+        """A model's provider family, worked out once per model (LangChain's answer costs
+        ~50 µs a call). Keyed by the model, so a `replace`d Loop shares it safely."""
         known = self.providers.get(id(model))
         if known is None or known[0] is not model:
             known = self.providers[id(model)] = (model, provider_of(model))

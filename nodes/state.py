@@ -29,9 +29,9 @@ from langchain_core.messages import (
 from langgraph.channels.untracked_value import UntrackedValue
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, Messages, add_messages
 
-from nodes.compaction import Summary
 from nodes.compat import DeltaChannel
-from nodes.transcript import close_interrupted_calls, last_reply_index
+from nodes.view.compaction import Summary
+from nodes.view.transcript import close_interrupted_calls, last_reply_index
 
 
 def merge_transcript(current: list[BaseMessage], writes: Sequence[Messages]) -> list[BaseMessage]:

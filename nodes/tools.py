@@ -18,16 +18,11 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from nodes.context import env_of
-from nodes.env import SessionEnv
+from nodes.env import SessionEnv, env_of
 from nodes.loop import Loop
-from nodes.offload import off_loop, policy_blocks, report_blocks
-from nodes.tool_policy import (
-    AuditEvent,
-    denied_in_restricted,
-    run_hook,
-    vetoed_result,
-)
+from nodes.offload import off_loop
+from nodes.policies.tool_calls import AuditEvent, run_hook
+from nodes.view.tool_results import denied_in_restricted, vetoed_result
 
 ToolOutcome = ToolMessage | Command
 
@@ -82,12 +77,14 @@ def make_dispatch_tools(loop: Loop) -> ToolNode:
         report_call(loop, request, result)
         return result
 
-    vet_hops, report_hops = policy_blocks(loop.config), report_blocks(loop.config)
+    # Audit sinks and hooks are the caller's code: they may block (files, HTTP).
+    hooks = loop.config.hooks
+    vet_hops = loop.config.on_audit is not None or hooks.before_call is not None
+    report_hops = hooks.after_call is not None
 
     async def aguarded(
         request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolOutcome]]
     ):
-        # Audit sinks and hooks may block (files, HTTP): keep them off the event loop.
         config = request.runtime.config
         if (refused := await off_loop(vet_hops, config, refusal, loop, request)) is not None:
             return refused

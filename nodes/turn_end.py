@@ -8,12 +8,11 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from memory.transcript import last_human, message_text
-from nodes.context import env_of
-from nodes.env import SessionEnv
+from nodes.env import SessionEnv, env_of
 from nodes.loop import Loop
+from nodes.policies.tool_calls import run_hook
 from nodes.state import LoopState
-from nodes.tool_policy import run_hook
-from nodes.transcript import annotated, final_ai_message
+from nodes.view.transcript import annotated, final_ai_message
 
 
 def make_finish_turn(loop: Loop):

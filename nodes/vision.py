@@ -7,7 +7,7 @@ folded into a text description — described once per session per image hash.
 The message keeps a reference (hash, URL or size, MIME type) in
 `response_metadata["cyrene"]["images"]`. Oversized, undecodable or
 undescribable images become a clear text placeholder; nothing raises.
-Images arrive already normalised by the boundary (`nodes.images`), so any
+Images arrive already normalised by the boundary (`nodes.view.images`), so any
 block kept here is one every provider renders.
 """
 
@@ -15,28 +15,22 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 
 from memory.transcript import message_text
-from nodes.images import ImageError, image_ref, is_image_block, placeholder
 from nodes.loop import Loop
+from nodes.protocols import ImageDescriber
 from nodes.state import LoopState
-from nodes.transcript import annotated, turn_start
+from nodes.view.images import ImageError, image_ref, is_image_block, placeholder
+from nodes.view.transcript import annotated, turn_start
 
 log = logging.getLogger("cyrene.vision")
 
 DESCRIBE_PROMPT = "请用一两句话客观描述这张图片的内容，包括其中的文字。"
-
-
-@runtime_checkable
-class ImageDescriber(Protocol):
-    """Turns one image content block into text (a vision model's answer, OCR, a caption)."""
-
-    def __call__(self, block: dict[str, Any], /) -> str: ...
 
 
 def describer_for(vision: BaseChatModel | ImageDescriber) -> ImageDescriber:

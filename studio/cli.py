@@ -33,7 +33,7 @@ from graph.shutdown import GracefulStop, StopRequested
 from memory.transcript import message_text
 from nodes.config import LoopConfig
 from nodes.env import Actor
-from nodes.sanitize import check_id
+from nodes.view.sanitize import check_id
 from studio.cli_memory import add_memory_parser, memory_command
 from studio.cli_session import EXTRACTION_TIMEOUT, Session, thread_config
 from studio.cli_storage import (

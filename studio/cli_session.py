@@ -31,7 +31,7 @@ from graph.shutdown import GracefulStop, StopRequested, run_turn
 from memory import MemoryStore
 from memory.transcript import message_text
 from nodes.env import SessionEnv
-from nodes.sanitize import check_id
+from nodes.view.sanitize import check_id
 from studio.cli_storage import (
     EXIT_NOT_FOUND,
     EXIT_TURN_FAILED,

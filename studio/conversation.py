@@ -15,7 +15,7 @@ from langchain_core.messages import HumanMessage
 
 from graph.sinks import JsonlSink
 from memory.transcript import message_text
-from nodes.compaction import uncovered_start
+from nodes.view.compaction import uncovered_start
 
 # A 4×3 PNG: two orange rows over a blue one, a sunset at the sea.
 SUNSET_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAQAAAADCAIAAAA7ljmRAAAAGUlEQVR42mP4P80Ijhh+VdjAEYNG1Co4AgCM5BKFUXo4wwAAAABJRU5ErkJggg=="

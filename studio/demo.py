@@ -20,9 +20,9 @@ from langchain_core.tools import BaseTool, tool
 
 from graph.sinks import JsonlSink
 from memory import ManualExtractor, MemoryItem, MemoryStore, Scope
-from nodes.capacity import CapacityPolicy, Tier
 from nodes.config import LoopConfig, Persona
 from nodes.loop import resolve_model
+from nodes.policies.capacity import CapacityPolicy, Tier
 from studio.demo_hooks import demo_mood, describe_image
 from studio.demo_model import DemoChatModel
 

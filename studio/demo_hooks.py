@@ -14,7 +14,7 @@ import struct
 from typing import Any
 from urllib.parse import urlparse
 
-from nodes.images import decode, image_source
+from nodes.view.images import decode, image_source
 
 DESCRIBER_LABEL = "演示识图"
 # JPEG start-of-frame markers carry the pixel size; C4/C8/CC are other tables.

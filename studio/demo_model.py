@@ -9,13 +9,11 @@ and otherwise shows it remembers the previous turn. It is not a language model.
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.messages import (
     AIMessage,
     AIMessageChunk,
@@ -24,12 +22,11 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 
 from memory.transcript import message_text
-from nodes.attribution import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER
-from nodes.compaction import SUMMARY_PREFIX
-from studio.tool_binding import ToolBindingChatModel, bound_tool_names
+from nodes.view.attribution import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER
+from nodes.view.compaction import SUMMARY_PREFIX
+from studio.offline_model import OfflineChatModel, as_chunk, bound_tool_names
 
 DEMO_LABEL = "演示模型"
 _DECLARED = re.compile(r"你正以「(?P<name>[^」]+)」")
@@ -45,51 +42,23 @@ _TOOL_INTENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-class DemoChatModel(ToolBindingChatModel):
+class DemoChatModel(OfflineChatModel):
     """Offline, deterministic demo model (not a language model)."""
 
     @property
     def _llm_type(self) -> str:
         return "cyrene-demo"
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        return ChatResult(
-            generations=[ChatGeneration(message=reply(messages, bound_tool_names(kwargs)))]
-        )
+    def reply_to(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> AIMessage:
+        return reply(messages, bound_tool_names(kwargs))
 
-    def _stream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> Iterator[ChatGenerationChunk]:
-        message = reply(messages, bound_tool_names(kwargs))
+    def chunks(self, message: AIMessage) -> Iterator[AIMessageChunk]:
+        """Calls in one chunk; text in pieces of up to four characters, like a stream."""
         if message.tool_calls:
-            yield ChatGenerationChunk(
-                message=AIMessageChunk(
-                    content="",
-                    tool_call_chunks=[
-                        {
-                            "name": c["name"],
-                            "args": json.dumps(c["args"], ensure_ascii=False),
-                            "id": c["id"],
-                            "index": i,
-                            "type": "tool_call_chunk",
-                        }
-                        for i, c in enumerate(message.tool_calls)
-                    ],
-                )
-            )
+            yield as_chunk(AIMessage("", tool_calls=message.tool_calls))
             return
         for piece in re.findall(r".{1,4}", str(message.content), re.DOTALL):
-            yield ChatGenerationChunk(message=AIMessageChunk(content=piece))
+            yield AIMessageChunk(content=piece)
 
 
 def persona_name(messages: Sequence[BaseMessage]) -> str:

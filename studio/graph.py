@@ -15,6 +15,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
@@ -30,11 +31,11 @@ def data_folder() -> Path:
     return Path(os.environ.get(DATA_ENV) or DEFAULT_DATA)
 
 
-def make_config() -> LoopConfig:
+def make_config(**overrides: Any) -> LoopConfig:
     """The demo world over the data folder, with every stage of DESIGN §3 its own step
     (Studio shows each round's model view as `assemble_context`'s update)."""
     model, _ = demo_model()
-    return demo_config(data_folder(), model=model, model_view_step=True)
+    return demo_config(data_folder(), model=model, model_view_step=True, **overrides)
 
 
 def make_graph(config: LoopConfig) -> CyreneGraph:

@@ -18,8 +18,8 @@ from langchain_anthropic import ChatAnthropic
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langchain_openai import ChatOpenAI
 
-from nodes.attribution import OWNER_NOTE_BODY, SPEAKER_SWITCH_MARKER
-from nodes.encoding import NOTE_INDEX_HEADER
+from nodes.view.attribution import OWNER_NOTE_BODY, SPEAKER_SWITCH_MARKER
+from nodes.view.encoding import NOTE_INDEX_HEADER
 from tests.scripted import Request, ScriptedChatModel
 
 OWNER_NOTE = SPEAKER_SWITCH_MARKER + OWNER_NOTE_BODY

@@ -14,12 +14,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic import Field, PrivateAttr
 
-from studio.tool_binding import ToolBindingChatModel, bound_tool_names
+from studio.offline_model import OfflineChatModel, as_chunk, bound_tool_names
 
 Reply = AIMessage | Callable[[list[BaseMessage]], AIMessage]
 
@@ -55,7 +53,7 @@ def tool_calls(*calls: dict, text: str = "") -> AIMessage:
     return AIMessage(text, tool_calls=list(calls))
 
 
-class ScriptedChatModel(ToolBindingChatModel):
+class ScriptedChatModel(OfflineChatModel):
     """Replies from a script; `provider` sets the family LangChain reports for tracing."""
 
     script: list[Any] = Field(default_factory=list)
@@ -89,28 +87,15 @@ class ScriptedChatModel(ToolBindingChatModel):
         message = reply(list(messages)) if callable(reply) else reply
         return message.model_copy(deep=True)
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=self._next(messages, kwargs))])
+    def reply_to(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> AIMessage:
+        return self._next(messages, kwargs)
 
-    def _stream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> Iterator[ChatGenerationChunk]:
+    def chunks(self, message: AIMessage) -> Iterator[AIMessageChunk]:
+        """With `stream_chunks`, text a character at a time, then kwargs, then calls; else
+        one chunk carrying the whole reply (not a streaming model)."""
         if not self.stream_chunks:
-            # Not a streaming model: one chunk carrying the whole reply.
-            message = self._next(messages, kwargs)
-            yield ChatGenerationChunk(message=_as_chunk(message))
+            yield as_chunk(message)
             return
-        message = self._next(messages, kwargs)
         blocks = (
             message.content
             if isinstance(message.content, list)
@@ -119,35 +104,10 @@ class ScriptedChatModel(ToolBindingChatModel):
         for index, block in enumerate(blocks):
             if block.get("type") == "text":
                 for char in block["text"]:
-                    yield ChatGenerationChunk(
-                        message=AIMessageChunk([{"type": "text", "text": char, "index": index}])
-                    )
+                    yield AIMessageChunk([{"type": "text", "text": char, "index": index}])
             else:
-                yield ChatGenerationChunk(message=AIMessageChunk([{**block, "index": index}]))
+                yield AIMessageChunk([{**block, "index": index}])
         if message.additional_kwargs:
-            yield ChatGenerationChunk(
-                message=AIMessageChunk("", additional_kwargs=message.additional_kwargs)
-            )
+            yield AIMessageChunk("", additional_kwargs=message.additional_kwargs)
         if message.tool_calls:
-            yield ChatGenerationChunk(
-                message=_as_chunk(AIMessage("", tool_calls=message.tool_calls))
-            )
-
-
-def _as_chunk(message: AIMessage) -> AIMessageChunk:
-    return AIMessageChunk(
-        content=message.content,
-        additional_kwargs=message.additional_kwargs,
-        response_metadata=message.response_metadata,
-        name=message.name,
-        tool_call_chunks=[
-            {
-                "name": c["name"],
-                "args": json.dumps(c["args"]),
-                "id": c["id"],
-                "index": i,
-                "type": "tool_call_chunk",
-            }
-            for i, c in enumerate(message.tool_calls)
-        ],
-    )
+            yield as_chunk(AIMessage("", tool_calls=message.tool_calls))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 from graph import SessionEnv, build_graph, open_checkpointer
-from nodes.attribution import (
+from nodes.view.attribution import (
     RESTRICTED_TAIL,
     UNRESTRICTED_TAIL,
     attribute_conversation,

@@ -9,8 +9,8 @@ from langchain_core.messages.utils import count_tokens_approximately
 
 from graph import SessionEnv, build_graph, open_checkpointer
 from nodes.boundary import Trusted
-from nodes.compaction import SUMMARY_PREFIX, LLMCompactor, plan_cut
-from nodes.transcript import turn_start
+from nodes.view.compaction import SUMMARY_PREFIX, LLMCompactor, plan_cut
+from nodes.view.transcript import turn_start
 from tests.conftest import make_config, thread
 from tests.scripted import ScriptedChatModel, call, tool_calls
 
@@ -37,11 +37,10 @@ def summary_of(view) -> str | None:
 
 def run(messages, budget, **overrides):
     model = ScriptedChatModel(script=[AIMessage("好")])
+    env = overrides.pop("env", SessionEnv())
     with open_checkpointer("memory") as saver:
         graph = build_graph(make_config(model, max_context_tokens=budget, **overrides), saver)
-        out = graph.invoke(
-            Trusted({"messages": messages}), thread("c"), context=overrides.pop("env", SessionEnv())
-        )
+        out = graph.invoke(Trusted({"messages": messages}), thread("c"), context=env)
     return model.requests[0].messages, out
 
 

@@ -193,3 +193,13 @@ def test_the_incremental_memory_saver_loads_what_langgraphs_walk_loads(monkeypat
     saver.delete_thread("t")
     app.invoke({"messages": [HumanMessage("again", id="again")]}, config)
     assert [m.content for m in app.get_state(config).values["messages"]] == ["again", "#1"]
+
+
+def test_retry_policy_retries_reads_retry_on_as_langgraph_does():
+    from langgraph.types import RetryPolicy
+
+    from nodes.compat import retry_policy_retries
+
+    assert retry_policy_retries(RetryPolicy(retry_on=ValueError), ValueError("x"))
+    assert not retry_policy_retries(RetryPolicy(retry_on=(KeyError,)), ValueError("x"))
+    assert retry_policy_retries(RetryPolicy(retry_on=lambda e: "x" in str(e)), ValueError("x"))

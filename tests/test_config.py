@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage
 
-from graph import CapacityPolicy, LoopConfig, SessionEnv, Tier, build_graph, open_checkpointer
+from graph import (
+    CapacityPolicy,
+    LoopConfig,
+    Persona,
+    SessionEnv,
+    Tier,
+    build_graph,
+    open_checkpointer,
+)
 from graph.runs import NothingToResumeError
 from tests.conftest import PERSONAS, get_time, human, make_config, thread
 from tests.scripted import ScriptedChatModel
@@ -118,3 +126,42 @@ def test_persona_knobs_are_validated():
 
     with pytest.raises(ValueError, match="thinking_budget"):
         Persona(thinking_budget=-1)
+
+
+def test_an_unknown_field_is_refused_naming_the_closest_real_one(model):
+    with pytest.raises(
+        ValueError, match="unknown field 'max_context_tokenz'; did you mean 'max_context_tokens'"
+    ):
+        make_config(model, max_context_tokenz=5)
+    with pytest.raises(
+        ValueError, match="Persona: unknown field 'instruction'; did you mean 'instructions'"
+    ):
+        Persona(instruction="你是昔涟。")
+
+
+def test_a_retry_knob_of_the_old_spelling_says_where_it_went(model):
+    with pytest.raises(
+        ValueError, match="unknown field 'model_retries'; it is now part of 'retry'"
+    ):
+        make_config(model, model_retries=2)
+
+
+def test_retry_takes_langgraphs_policy_a_mapping_of_its_arguments_or_none(model):
+    from langgraph.types import RetryPolicy
+
+    from nodes.policies.provider_errors import is_transient
+
+    default = make_config(model).retry
+    assert default is not None and default.max_attempts == 3 and default.retry_on is is_transient
+    mapped = make_config(model, retry={"max_attempts": 5, "jitter": False}).retry
+    assert mapped == default._replace(max_attempts=5, jitter=False)
+    own = RetryPolicy(max_attempts=2, retry_on=KeyError)
+    assert make_config(model, retry=own).retry == own, "a policy of the caller's is used as given"
+    assert make_config(model, retry=RetryPolicy()).retry.retry_on is is_transient, (
+        "LangGraph's default retry_on knows no provider SDK errors"
+    )
+    assert make_config(model, retry=None).retry is None
+    with pytest.raises(ValueError, match=r"retry: unknown argument\(s\) \['attempts'\]"):
+        make_config(model, retry={"attempts": 3})
+    with pytest.raises(ValueError, match="retry: max_attempts must be at least 1"):
+        make_config(model, retry={"max_attempts": 0})

@@ -12,7 +12,7 @@ from langchain_core.messages import HumanMessage
 from graph.builder import build_graph
 from graph.checkpoint import open_checkpointer
 from nodes.env import SessionEnv
-from nodes.images import ImageError
+from nodes.view.images import ImageError
 from studio.conversation import OWNER_SCRIPT, SUNSET_PNG
 from studio.demo import demo_config
 from studio.demo_hooks import demo_mood, describe_image, image_format

@@ -8,9 +8,11 @@ is how a user importing one module meets a circular import.
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 from tests.conftest import REPO
@@ -67,6 +69,36 @@ def test_every_module_imports_alone():
     assert done.stdout.strip() == "FAILED:", (
         f"these modules fail alone:\n{done.stdout}{done.stderr[-3000:]}"
     )
+
+
+def imports_of(module: str, known: set[str]) -> set[str]:
+    """The project modules `module` imports, type-checking-only imports included: an
+    annotation-only cycle still makes two modules impossible to read one without the other."""
+    path = REPO.joinpath(*module.split("."))
+    source = (path / "__init__.py") if path.is_dir() else path.with_suffix(".py")
+    found = set()
+    for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                found.add(full if full in known else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    # A package's own submodules may import it (its __init__ re-exports them).
+    return {m for m in found & known if m != module and not module.startswith(m + ".")}
+
+
+def test_no_package_has_an_import_cycle():
+    known = set(all_modules())
+    for package in PACKAGES:
+        members = [m for m in known if m.split(".")[0] == package]
+        graph = {m: imports_of(m, known) & set(members) for m in members}
+        try:
+            tuple(TopologicalSorter(graph).static_order())
+        except CycleError as cycle:
+            raise AssertionError(
+                f"import cycle in {package}: {' -> '.join(cycle.args[1])}"
+            ) from None
 
 
 def test_the_layer_contract_holds():

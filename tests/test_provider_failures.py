@@ -22,14 +22,19 @@ from langchain_core.tools import tool
 from pydantic import Field, PrivateAttr
 
 from graph import CapacityPolicy, Tier, ToolHooks, build_graph, open_checkpointer
-from nodes.provider_errors import ModelCallTimeout, is_transient
+from nodes.policies.provider_errors import ModelCallTimeout, is_transient
 from tests.conftest import human, make_config, owner, thread
 from tests.payload_checks import payload_problems
 from tests.scripted import Request, ScriptedChatModel, call, tool_calls
 
 OPENAI_URL = httpx.Request("POST", "https://api.openai.com/v1/chat/completions")
 ANTHROPIC_URL = httpx2.Request("POST", "https://api.anthropic.com/v1/messages")
-FAST_RETRIES = dict(retry_initial_interval=0.01, retry_backoff=2.0, retry_jitter=False)
+FAST = dict(initial_interval=0.01, backoff_factor=2.0, jitter=False)
+
+
+def fast_retries(retries: int) -> dict:
+    """`retries` retries after the first attempt, with short waits and no jitter."""
+    return {"retry": {**FAST, "max_attempts": retries + 1}}
 
 
 def openai_status(code: int) -> openai.APIStatusError:
@@ -141,7 +146,7 @@ def humans(messages: list) -> list[str]:
 async def test_a_flaky_model_is_retried_until_it_answers(tmp_path, mode):
     errors = [lambda: openai_status(429), connect_error, lambda: anthropic_status(529)]
     model = FlakyModel(errors=errors, script=[AIMessage("早安")])
-    config = make_config(model, model_retries=3, **FAST_RETRIES)
+    config = make_config(model, **fast_retries(3))
     url = f"sqlite:///{tmp_path / 'c.db'}"
     turn = {"messages": [human("早", id="m1")]}
     if mode == "sync":
@@ -157,7 +162,7 @@ async def test_a_flaky_model_is_retried_until_it_answers(tmp_path, mode):
 def test_waits_grow_between_attempts():
     model = FlakyModel(errors=always(rate_limit, 3), script=[AIMessage("ok")])
     config = make_config(
-        model, model_retries=3, retry_initial_interval=0.05, retry_backoff=3.0, retry_jitter=False
+        model, retry=dict(max_attempts=4, initial_interval=0.05, backoff_factor=3.0, jitter=False)
     )
     build_graph(config).invoke({"messages": [human("hi")]}, thread("t"))
     gaps = [b - a for a, b in zip(model._times, model._times[1:], strict=False)]
@@ -167,7 +172,7 @@ def test_waits_grow_between_attempts():
 
 def test_retrying_off_means_one_attempt():
     model = FlakyModel(errors=[rate_limit], script=[AIMessage("ok")])
-    graph = build_graph(make_config(model, model_retries=0))
+    graph = build_graph(make_config(model, retry=None))
     with pytest.raises(openai.RateLimitError):
         graph.invoke({"messages": [human("hi")]}, thread("off"))
     assert len(model.requests) == 1
@@ -175,7 +180,7 @@ def test_retrying_off_means_one_attempt():
 
 def test_a_client_error_is_not_retried():
     model = FlakyModel(errors=[lambda: openai_status(400)], script=[AIMessage("ok")])
-    graph = build_graph(make_config(model, model_retries=3, **FAST_RETRIES))
+    graph = build_graph(make_config(model, **fast_retries(3)))
     with pytest.raises(openai.BadRequestError):
         graph.invoke({"messages": [human("hi")]}, thread("400"))
     assert len(model.requests) == 1
@@ -184,7 +189,7 @@ def test_a_client_error_is_not_retried():
 def test_exhausted_retries_leave_the_session_resumable(tmp_path):
     """The provider's own exception reaches the caller; the turn resumes later."""
     model = FlakyModel(errors=always(rate_limit, 3), script=[AIMessage("回来了")])
-    config = make_config(model, model_retries=2, **FAST_RETRIES)
+    config = make_config(model, **fast_retries(2))
     url = f"sqlite:///{tmp_path / 'c.db'}"
     with open_checkpointer(url) as saver:
         graph = build_graph(config, saver)
@@ -204,7 +209,7 @@ def test_exhausted_retries_leave_the_session_resumable(tmp_path):
 
 async def test_exhausted_retries_leave_an_async_session_resumable(tmp_path):
     model = FlakyModel(errors=always(openai_timeout, 2), script=[AIMessage("回来了")])
-    config = make_config(model, model_retries=1, **FAST_RETRIES)
+    config = make_config(model, **fast_retries(1))
     async with open_checkpointer(f"sqlite:///{tmp_path / 'c.db'}") as saver:
         graph = build_graph(config, saver)
         with pytest.raises(openai.APITimeoutError):
@@ -220,7 +225,7 @@ def test_fallback_models_take_over_once_retries_are_spent():
     primary = FlakyModel(errors=always(lambda: openai_status(503)), script=[])
     first = FlakyModel(errors=[connect_error], script=[])
     second = ScriptedChatModel(script=[AIMessage("备用模型在此")])
-    config = make_config(primary, model_retries=2, fallback_models=[first, second], **FAST_RETRIES)
+    config = make_config(primary, fallback_models=[first, second], **fast_retries(2))
     out = build_graph(config).invoke({"messages": [human("hi")]}, thread("f"), context=owner())
     assert (len(primary.requests), len(first.requests), len(second.requests)) == (3, 1, 1)
     assert out["messages"][-1].content == "备用模型在此"
@@ -231,7 +236,7 @@ def test_fallback_models_take_over_once_retries_are_spent():
 def test_a_client_error_goes_to_the_fallback_at_once():
     primary = FlakyModel(errors=[lambda: openai_status(400)], script=[])
     fallback = ScriptedChatModel(script=[AIMessage("ok")])
-    config = make_config(primary, model_retries=3, fallback_models=[fallback], **FAST_RETRIES)
+    config = make_config(primary, fallback_models=[fallback], **fast_retries(3))
     build_graph(config).invoke({"messages": [human("hi")]}, thread("f"))
     assert (len(primary.requests), len(fallback.requests)) == (1, 1)
 
@@ -239,7 +244,7 @@ def test_a_client_error_goes_to_the_fallback_at_once():
 def test_when_every_model_fails_the_primary_error_names_the_fallbacks():
     primary = FlakyModel(errors=always(lambda: openai_status(503)), script=[])
     fallback = FlakyModel(errors=always(lambda: anthropic_status(529)), script=[])
-    config = make_config(primary, model_retries=1, fallback_models=[fallback], **FAST_RETRIES)
+    config = make_config(primary, fallback_models=[fallback], **fast_retries(1))
     with open_checkpointer("memory") as saver:
         graph = build_graph(config, saver)
         with pytest.raises(openai.InternalServerError) as failure:
@@ -254,7 +259,7 @@ def test_a_fallback_of_another_family_gets_the_view_its_provider_needs():
     """OpenAI gets attribution notes in place; Anthropic needs one leading system message."""
     primary = FlakyModel(script=[AIMessage("早")], provider="openai")  # turn 1 succeeds
     fallback = ScriptedChatModel(script=[AIMessage("在呢")], provider="anthropic")
-    config = make_config(primary, fallback_models=[fallback], model_retries=0)
+    config = make_config(primary, fallback_models=[fallback], retry=None)
     with open_checkpointer("memory") as saver:
         graph = build_graph(config, saver)
         graph.invoke({"messages": [human("早安")]}, thread("x"), context=owner())
@@ -297,8 +302,7 @@ def test_a_retried_round_runs_its_hooks_and_capacity_events_once():
         capacity=policy,
         hooks=hooks,
         on_capacity=lambda event: seen.append(event.kind),
-        model_retries=2,
-        **FAST_RETRIES,
+        **fast_retries(2),
     )
     out = build_graph(config).invoke({"messages": [human("搜索 猫")]}, thread("h"))
     assert out["messages"][-1].content == "找到了"
@@ -327,7 +331,7 @@ class SlowFirstModel(ScriptedChatModel):
 @pytest.mark.parametrize("mode", ["sync", "async"])
 async def test_a_call_over_the_timeout_is_abandoned_and_retried(mode):
     model = SlowFirstModel(script=[AIMessage("太慢了"), AIMessage("好了")], hang=1.0)
-    graph = build_graph(make_config(model, model_timeout=0.2, model_retries=1, **FAST_RETRIES))
+    graph = build_graph(make_config(model, model_timeout=0.2, **fast_retries(1)))
     started = time.monotonic()
     turn = {"messages": [human("hi")]}
     if mode == "sync":
@@ -341,7 +345,7 @@ async def test_a_call_over_the_timeout_is_abandoned_and_retried(mode):
 def test_a_timeout_with_retries_spent_reaches_the_caller():
     model = SlowFirstModel(script=[AIMessage("太慢了")], hang=1.0)
     with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model, model_timeout=0.1, model_retries=0), saver)
+        graph = build_graph(make_config(model, model_timeout=0.1, retry=None), saver)
         with pytest.raises(ModelCallTimeout, match=r"0\.1"):
             graph.invoke({"messages": [human("hi")]}, thread("t"))
         assert graph.get_state(thread("t")).next == ("call_model",)
@@ -489,7 +493,7 @@ def test_an_id_less_call_is_not_run_again_when_the_turn_resumes(tmp_path):
     model = ScriptedChatModel(script=[idless, rate_limited, AIMessage("记了")])
     url = f"sqlite:///{tmp_path / 'c.db'}"
     with open_checkpointer(url) as saver:
-        graph = build_graph(reply_config(model, model_retries=0), saver)
+        graph = build_graph(reply_config(model, retry=None), saver)
         with pytest.raises(openai.RateLimitError):
             graph.invoke({"messages": [human("记 a")]}, thread("n"))
         assert graph.get_state(thread("n")).next == ("call_model",)

@@ -123,7 +123,7 @@ def graph_for(provider: str) -> tuple[Any, ReplayModel]:
     """One graph per provider family over an in-memory saver; each example uses new threads."""
     if provider not in GRAPHS:
         model = ReplayModel(provider=provider)
-        config = make_config(model, tools=[remember], max_rounds=MAX_ROUNDS, model_retries=0)
+        config = make_config(model, tools=[remember], max_rounds=MAX_ROUNDS, retry=None)
         GRAPHS[provider] = (build_graph(config, InMemorySaver()), model)
     return GRAPHS[provider]
 

@@ -19,7 +19,7 @@ from langchain_core.messages import (
 from langgraph.graph.message import add_messages
 
 from nodes.state import kept_apart, merge_transcript, only_new_messages
-from nodes.transcript import close_interrupted_calls
+from nodes.view.transcript import close_interrupted_calls
 
 IDS = [f"m{i}" for i in range(8)]
 CALL_IDS = ["c1", "c2", "c3"]

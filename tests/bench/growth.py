@@ -42,11 +42,10 @@ from typing import Any
 
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 
 from graph import LoopConfig, Persona, build_graph, open_checkpointer, prune_checkpoints
 from graph.retention import DEFAULT_KEEP
-from studio.tool_binding import ToolBindingChatModel
+from studio.offline_model import OfflineChatModel
 
 MARKS = (100, 1_000, 3_000)
 QUICK_MARKS = (50, 200)
@@ -63,7 +62,7 @@ TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 Row = tuple[str, str, str, float | str, str]
 
 
-class SteadyModel(ToolBindingChatModel):
+class SteadyModel(OfflineChatModel):
     """Zero latency, one reply, and nothing kept of what it is sent: 3,000
     turns of recorded requests would hold gigabytes."""
 
@@ -73,8 +72,8 @@ class SteadyModel(ToolBindingChatModel):
     def _llm_type(self) -> str:
         return "steady"
 
-    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(self.reply))])
+    def reply_to(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> AIMessage:
+        return AIMessage(self.reply)
 
 
 @dataclass

@@ -15,7 +15,7 @@ putting attribution into user or assistant text:
   caller stored in the transcript (`nodes.boundary.Trusted`) goes into the same
   leading message, keyed the same way (`第N条前：…`).
 
-Names inside notes are already quoted by `nodes.attribution`, so no note can
+Names inside notes are already quoted by `nodes.view.attribution`, so no note can
 span lines: each index entry stays one line.
 """
 
@@ -28,8 +28,8 @@ from typing import Literal
 from langchain_core.messages import BaseMessage, SystemMessage
 
 from memory.transcript import message_text
-from nodes.attribution import Attribution
-from nodes.knobs import Provider
+from nodes.view.attribution import Attribution
+from nodes.view.providers import Provider
 
 Encoding = Literal["inline", "leading"]
 ENCODING_BY_PROVIDER: dict[Provider, Encoding] = {

@@ -1,9 +1,10 @@
-"""Which model-call failures are worth retrying, and a per-call timeout.
+"""Which model-call failures are worth retrying, the retry policy, and a per-call timeout.
 
-Plain functions (no LangGraph): `call_model`'s `RetryPolicy` asks
-`is_transient`, and the node wraps each model call in `call_with_timeout` /
-`acall_with_timeout`. The provider SDKs are optional for users, so their
-exceptions are recognised by module and attributes, never by importing them.
+`call_model` carries LangGraph's `RetryPolicy` (`LoopConfig.retry`); unless the
+caller says otherwise it retries what `is_transient` recognises, and each
+model call runs under `call_with_timeout` / `acall_with_timeout`. The provider
+SDKs are optional for users, so their exceptions are recognised by module and
+attributes, never by importing them.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Future
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from langchain_core.exceptions import ModelError, ModelTimeoutError
+from langgraph.types import RetryPolicy, default_retry_on
+
+from nodes.compat import retry_policy_retries
 
 T = TypeVar("T")
 
@@ -78,6 +82,51 @@ def _status_code(exc: BaseException) -> int | None:
         if isinstance(status, int):
             return status
     return None
+
+
+DEFAULT_RETRY: dict[str, Any] = {
+    "max_attempts": 3,
+    "initial_interval": 0.5,
+    "backoff_factor": 2.0,
+    "max_interval": 30.0,
+    "jitter": True,
+}
+"""`LoopConfig.retry`'s default: two retries, 0.5 s then 1 s (plus up to 1 s of jitter)."""
+
+
+def retry_policy(value: RetryPolicy | Mapping[str, Any] | None) -> RetryPolicy | None:
+    """LangGraph's `RetryPolicy` from a policy, a mapping of its arguments, or None (off).
+
+    A mapping fills in `DEFAULT_RETRY`. Where `retry_on` is LangGraph's own
+    default (which knows nothing of provider SDKs), it becomes `is_transient`.
+
+    Raises:
+        ValueError: a value that is none of those, an argument `RetryPolicy` lacks,
+            or `max_attempts` below 1.
+    """
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - set(RetryPolicy._fields))
+        if unknown:
+            raise ValueError(
+                f"retry: unknown argument(s) {unknown}; RetryPolicy takes {list(RetryPolicy._fields)}"
+            )
+        value = RetryPolicy(**{**DEFAULT_RETRY, **value})
+    if not isinstance(value, RetryPolicy):
+        raise ValueError(
+            f"retry: expected a RetryPolicy, a mapping of its arguments or None, got {type(value).__name__}"
+        )
+    if value.max_attempts < 1:
+        raise ValueError(f"retry: max_attempts must be at least 1, got {value.max_attempts}")
+    if value.retry_on is default_retry_on:
+        value = value._replace(retry_on=is_transient)
+    return value
+
+
+def retries_on(policy: RetryPolicy | None, exc: Exception) -> bool:
+    """Whether `policy` retries after `exc` (never without a policy)."""
+    return policy is not None and policy.max_attempts > 1 and retry_policy_retries(policy, exc)
 
 
 def call_with_timeout(call: Callable[[], T], seconds: float | None) -> T:

@@ -10,29 +10,12 @@ know gets no knobs at all — never an error.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 
-from nodes.compat import chat_model_provider
+from nodes.view.providers import Provider
 
-Provider = Literal["openai", "anthropic", "ollama", "google", "other"]
-
-_PROVIDER_ALIASES: dict[str, Provider] = {
-    "openai": "openai",
-    "azure": "openai",
-    "azure_openai": "openai",
-    "deepseek": "openai",
-    "xai": "openai",
-    "groq": "openai",
-    "openrouter": "openai",
-    "anthropic": "anthropic",
-    "ollama": "ollama",
-    "google_genai": "google",
-    "google_vertexai": "google",
-    "google": "google",
-}
 REASONING_BLOCK_TYPES = frozenset({"reasoning", "thinking", "redacted_thinking"})
 REASONING_KWARGS = ("reasoning_content", "reasoning")
 
@@ -44,13 +27,6 @@ class Knobs:
     thinking_budget: int | None = None
     reasoning_effort: str | None = None
     show_thinking: bool = True
-
-
-def provider_of(model: Any) -> Provider:
-    """The provider family of a chat model, from LangChain's tracing params or its type."""
-    name = chat_model_provider(model) if isinstance(model, BaseChatModel) else ""
-    name = name.lower().replace("-chat", "").replace("chat-", "")
-    return _PROVIDER_ALIASES.get(name, "other")
 
 
 def request_kwargs(provider: Provider, knobs: Knobs) -> dict[str, Any]:

@@ -6,20 +6,26 @@ calls one of its tools anyway (the filter is a view, not a wall); a tier with
 `decay_turns` falls asleep again after that many turns without use. Tools that
 no tier lists are always advertised.
 
-Pure data and functions: the awake set lives in graph state as
-`{tier name: turn number of its last wake or use}`, so it is checkpointed and
-per session; nodes call `CapacityPolicy.step` and report the events it returns.
+The awake set lives in graph state as `{tier name: turn number of its last
+wake or use}`, so it is checkpointed and per session. `CapacityPolicy` is the
+configuration and its pure stepping; `WakeTiers` is the round policy that
+steps it before each model call and reports the events.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from nodes.policies.base import Round, RoundPolicy
+from nodes.policies.tool_calls import run_hook
+from nodes.view.tool_results import was_executed
+from nodes.view.transcript import last_batch, latest_user_text, turn_number
 
 REGEX_PREFIX = "re:"
 
@@ -168,3 +174,37 @@ class CapacityPolicy(BaseModel):
                 events.append(CapacityEvent("capacity_awaken", gate.name, "use", turn))
             state[gate.name] = turn
         return state, events
+
+
+class WakeTiers(RoundPolicy):
+    """Before each model call: wake tiers by trigger (a turn's first round) or by use (the
+    batch that just ran), put tiers to sleep that went unused, and report each change
+    to `on_capacity` and the custom stream (on the node's first attempt only).
+
+    Only calls that actually ran count as use: a restricted denial or a veto is
+    a soft result, so it can never wake a tier.
+    """
+
+    def __init__(
+        self, policy: CapacityPolicy, on_capacity: Callable[[CapacityEvent], None] | None
+    ) -> None:
+        self.policy = policy
+        self.on_capacity = on_capacity
+        self.blocking = on_capacity is not None
+
+    def before_model(self, round: Round) -> None:
+        calls, results = last_batch(round.messages) if round.number > 1 else ([], [])
+        executed = {r.tool_call_id for r in results if was_executed(r)}
+        awake, events = self.policy.step(
+            round.state.get("capacity"),
+            turn=turn_number(round.messages),
+            user_text=latest_user_text(round.messages) if round.number == 1 else None,
+            used_tools=[c["name"] for c in calls if c["id"] in executed],
+        )
+        round.update["capacity"] = awake
+        if not round.first_attempt:  # a retry re-plans the round: attempt 1 reported it
+            return
+        for event in events:
+            event = replace(event, session_id=round.session_id)
+            run_hook("on_capacity", self.on_capacity, event)
+            round.emit(event.to_dict())

@@ -18,7 +18,7 @@ from langchain_core.messages import (
 )
 
 from memory.transcript import last_human, message_text
-from nodes.replies import is_cut_off, requested_calls
+from nodes.view.replies import is_cut_off, requested_calls
 
 MessageT = TypeVar("MessageT", bound=BaseMessage)
 INTERRUPTED_PREFIX = "interrupted"
@@ -36,6 +36,11 @@ def annotated(message: MessageT, **fields: object) -> MessageT:
     meta = message.response_metadata
     merged = {**meta, ANNOTATION_KEY: {**annotations_of(message), **fields}}
     return message.model_copy(update={"response_metadata": merged})
+
+
+def is_hidden(message: BaseMessage) -> bool:
+    """Messages a guard blocked stay in the transcript but never reach the model."""
+    return bool(annotations_of(message).get("hidden"))
 
 
 def turn_start(messages: Sequence[BaseMessage]) -> int:

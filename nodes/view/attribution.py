@@ -11,7 +11,7 @@ from text:
 
 Rendering only adds system messages: it never edits, reorders or drops a
 message, and when no message carries an explicit label it renders nothing.
-Names inside a note are quoted with `nodes.sanitize.quoted`, so a display name
+Names inside a note are quoted with `nodes.view.sanitize.quoted`, so a display name
 can neither close its 「…」 nor start a line of system text of its own.
 """
 
@@ -23,7 +23,7 @@ from typing import Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from nodes.sanitize import quoted, single_line
+from nodes.view.sanitize import quoted, single_line
 
 ROLE_CONTEXT_MARKER = "[会话角色] "
 SPEAKER_SWITCH_MARKER = "[发言归属] "

@@ -31,7 +31,7 @@ from typing import Any, TypeGuard
 
 from langchain_core.messages import AIMessage, BaseMessage, InvalidToolCall, ToolCall, ToolMessage
 
-from nodes.tool_policy import invalid_call_result, truncated_result
+from nodes.view.tool_results import invalid_call_result, truncated_result
 
 LIMIT_REASONS = frozenset(
     {"length", "max_tokens", "max_output_tokens", "model_context_window_exceeded"}

@@ -1,23 +1,18 @@
-"""Who may run which tool call, and what the loop reports about it.
+"""The soft error results that answer a tool call the loop does not run.
 
-Plain data and functions (no LangGraph): the hooks a caller installs, the
-audit event a restricted denial produces, and the soft error results that keep
-every tool call paired with a result even when it is not executed.
+Every call keeps a result, so no provider ever sees an unanswered call: a call
+refused in a restricted session, vetoed by a hook, past the round limit, from
+a reply the provider cut off, or whose arguments did not parse. Each result's
+text starts with its code, which is how `was_executed` tells them from results
+of calls that ran.
 """
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.messages import ToolCall, ToolMessage
-
-from nodes.env import SessionEnv
-
-log = logging.getLogger("cyrene.tools")
 
 NOT_ALLOWED = "not_allowed"
 ROUND_LIMIT = "round_limit"
@@ -25,62 +20,6 @@ VETOED = "vetoed"
 TRUNCATED = "truncated"
 INVALID_TOOL_CALL = "invalid_tool_call"
 SOFT_ERROR_CODES = (NOT_ALLOWED, ROUND_LIMIT, VETOED, TRUNCATED, INVALID_TOOL_CALL)
-
-
-@dataclass(frozen=True)
-class ToolHooks:
-    """Optional per-batch and per-call hooks around tool execution (the seed's `ToolLoopHooks`).
-
-    A hook that raises is logged and ignored: the turn goes on. Hooks may run
-    again for the same call after a crash and resume (at-least-once), so keep
-    them idempotent.
-
-    Args:
-        before_batch: `(calls, env)`, when a reply requests tool calls, before any runs.
-        after_batch: `(calls, results, env)`, once every call of the batch has a result.
-        before_call: `(call, env) -> reason | None`; a reason vetoes the call and
-            the model gets a soft `vetoed: <reason>` error result instead. It
-            cannot lift a restricted-session denial.
-        after_call: `(call, result, env)`, after each call that ran.
-
-    Example:
-        >>> ToolHooks(before_call=lambda call, env: "只读模式" if call["name"] == "take_note" else None)
-    """
-
-    before_batch: Callable[[list[ToolCall], SessionEnv], None] | None = None
-    after_batch: Callable[[list[ToolCall], list[ToolMessage], SessionEnv], None] | None = None
-    before_call: Callable[[ToolCall, SessionEnv], str | None] | None = None
-    after_call: Callable[[ToolCall, ToolMessage, SessionEnv], None] | None = None
-
-
-def run_hook(name: str, hook: Callable[..., Any] | None, *args: Any) -> Any:
-    """Call a hook, logging (not raising) its failure."""
-    if hook is None:
-        return None
-    try:
-        return hook(*args)
-    except Exception:
-        log.exception("tool hook %s failed; the turn goes on", name)
-        return None
-
-
-@dataclass(frozen=True)
-class AuditEvent:
-    """A tool call refused in a restricted (group/stranger) session."""
-
-    tool: str
-    arguments: dict[str, Any]
-    actor: str
-    persona_id: str | None
-    session_id: str | None
-    turn_id: str | None
-    reason: str
-    tool_call_id: str
-    time: float = field(default_factory=time.time)
-    kind: str = "audit_tool_denied"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def soft_error(call: Mapping[str, Any], code: str, detail: str) -> ToolMessage:

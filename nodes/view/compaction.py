@@ -13,21 +13,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypedDict, runtime_checkable
+from typing import Any, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
 from memory.transcript import message_text
-from nodes.transcript import turn_start
+from nodes.protocols import Describe
+from nodes.view.transcript import turn_start
 
 log = logging.getLogger("cyrene.compaction")
 
 SUMMARY_PREFIX = "对话摘要（更早的对话已压缩，按发言人标注）：\n"
 CHARS_PER_TOKEN = 4.0  # count_tokens_approximately's default
 TokenCounter = Callable[[Sequence[BaseMessage]], int]
-Describe = Callable[[BaseMessage], str]
 
 
 class Summary(TypedDict):
@@ -36,16 +36,6 @@ class Summary(TypedDict):
     text: str
     upto: str
     """Id of the last transcript message the summary covers."""
-
-
-@runtime_checkable
-class Compactor(Protocol):
-    """Folds older messages into a running summary (`StructuralCompactor`, `LLMCompactor`, yours)."""
-
-    def compact(
-        self, messages: Sequence[BaseMessage], previous: str | None, budget: int, describe: Describe
-    ) -> str:
-        """Summarise `messages` (new since `previous`) into at most ~`budget` tokens."""
 
 
 def summary_message(summary: Summary | None) -> SystemMessage | None:

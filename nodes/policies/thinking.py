@@ -5,12 +5,16 @@ LangGraph's `stream_mode="messages"` forwards every chunk a chat model yields.
 streaming (`nostream`), and the gate yields each chunk with its reasoning
 removed, so the stream carries the reply text in real time but no thinking.
 The complete message, thinking included, is captured for the transcript.
+
+`ThinkingKnobs` is the round policy: it sends each persona's thinking knobs
+(budget, effort) in the spelling of the provider called, and puts the gate
+around the call when the persona's thinking is not shown.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.callbacks import (
     AsyncCallbackManager,
@@ -26,7 +30,11 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.constants import TAG_NOSTREAM
 from pydantic import Field
 
-from nodes.knobs import without_reasoning
+from nodes.policies.base import CallModel, CallSteps, ModelRequest, Round, RoundPolicy
+from nodes.policies.knobs import request_kwargs, without_reasoning
+
+if TYPE_CHECKING:
+    from nodes.loop import Loop
 
 
 def _inner_config(run_manager: BaseRunManager | None) -> RunnableConfig:
@@ -117,3 +125,24 @@ class ThinkingGate(BaseChatModel):
         """The full reply (with thinking) under the id the stream used."""
         full = self.captured[-1] if self.captured else visible
         return full.model_copy(update={"id": visible.id})
+
+
+class ThinkingKnobs(RoundPolicy):
+    """Around each model call: the persona's thinking budget and reasoning effort in the
+    called provider's spelling (a fallback of another family gets its own), and the
+    `ThinkingGate` when the persona's thinking must not reach the stream."""
+
+    blocking = False
+
+    def __init__(self, loop: Loop) -> None:
+        self.loop = loop
+
+    def wrap_model_call(self, round: Round, request: ModelRequest, call: CallModel) -> CallSteps:
+        knobs = self.loop.knobs_for(round.persona_id)
+        if settings := request_kwargs(self.loop.family(request.model), knobs):
+            request = request.override(settings={**request.settings, **settings})
+        if knobs.show_thinking or not round.streamed:
+            return (yield from call(request))
+        gate = ThinkingGate(inner=request.runnable or request.bound())
+        visible = yield from call(request.override(runnable=gate))
+        return gate.transcript_message(visible)

@@ -1,10 +1,8 @@
 """Text hygiene at the boundary: one policy for surrogates, ids and display names.
 
-- **Lone surrogates** (code points U+D800–U+DFFF that are not half of a pair)
-  cannot be encoded as UTF-8: databases store them as `?` or refuse them, and
-  provider SDKs fail to serialise them. Every piece of text a run brings in
-  (message text, names, working memory) has them replaced with U+FFFD; a
-  well-formed pair becomes the character it encodes.
+- **Lone surrogates** in every piece of text a run brings in (message text,
+  names, working memory) become U+FFFD (`memory.text.clean_text`, the one
+  policy every layer uses).
 - **Ids** (thread, session, turn, message) are keys, not text to repair: one
   with a NUL or a lone surrogate is refused.
 - **Display names** come from strangers. They are normalised once (whitespace
@@ -15,26 +13,18 @@
 from __future__ import annotations
 
 import re
-import unicodedata
 from typing import Any
 from uuid import UUID
+
+from memory.text import single_line
 
 MAX_NAME_CHARS = 32
 UNNAMED_MEMBER = "未命名成员"
 """The label of a third party whose display name is empty once normalised (never the owner)."""
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-# Control, format (zero-width, bidi overrides) and line/paragraph separators.
-_INVISIBLE = frozenset({"Cc", "Cf", "Zl", "Zp"})
 # Brackets that would close or open the 「…」 quote around a name in a note.
 _QUOTE_SAFE = str.maketrans({"「": "『", "」": "』", "｢": "『", "｣": "』"})
-
-
-def clean_text(text: str) -> str:
-    """`text` with lone surrogates replaced by U+FFFD (and surrogate pairs joined)."""
-    if not _SURROGATE.search(text):
-        return text
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def check_id(what: str, value: Any) -> None:
@@ -50,16 +40,6 @@ def check_id(what: str, value: Any) -> None:
         raise ValueError(f"{what} {value!r} contains a NUL character")
     if _SURROGATE.search(value):
         raise ValueError(f"{what} {value!r} is not valid UTF-8 (it holds a lone surrogate)")
-
-
-def single_line(text: str) -> str:
-    """Visible text on one line: whitespace runs become one space, invisible characters go."""
-    kept = (
-        " " if ch.isspace() else ch
-        for ch in clean_text(text)
-        if ch.isspace() or unicodedata.category(ch) not in _INVISIBLE
-    )
-    return " ".join("".join(kept).split())
 
 
 def display_name(raw: str) -> str:

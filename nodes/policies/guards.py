@@ -3,6 +3,7 @@
 A guard looks at text and returns a reason to block it, or `None`. When a guard
 blocks, the turn ends with a short refusal: a blocked request never reaches
 the model (now or in later rounds), a blocked response never reaches the user.
+`Guardrails` is the round policy that applies the configured guards.
 """
 
 from __future__ import annotations
@@ -10,6 +11,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+
+from langchain_core.messages import AIMessage
+
+from memory.transcript import last_human, message_text
+from nodes.policies.base import Reply, Round, RoundPolicy
+from nodes.view.transcript import annotated, latest_user_text
 
 log = logging.getLogger("cyrene.guards")
 
@@ -89,3 +96,42 @@ def _first_block(
         if reason:
             return Block(guard.name, reason)
     return None
+
+
+class Guardrails(RoundPolicy):
+    """The guards on a turn: the request before the first model call, every reply after.
+
+    A blocked request is hidden from every later model view and answered with
+    `refusal` (no model call); a blocked reply is replaced by `refusal` under
+    its id. Replies a response guard must vet are not streamed, since a
+    streamed token can't be unsaid. A guard that raises blocks (see `_first_block`).
+    """
+
+    def __init__(self, guards: Sequence[Guard], refusal: str) -> None:
+        self.guards = tuple(guards)
+        self.refusal = refusal
+        self.vets_replies = any(g.checks_responses for g in self.guards)
+
+    def before_model(self, round: Round) -> None:
+        round.streamed = round.streamed and not self.vets_replies
+        if round.number > 1:
+            return
+        block = first_request_block(self.guards, latest_user_text(round.messages))
+        if block is None:
+            return
+        log.warning("request blocked by guard %s: %s", block.guard, block.reason)
+        marks = {"hidden": True, "blocked_by": block.guard, "reason": block.reason}
+        human = last_human(round.messages)
+        hidden = [annotated(human, **marks)] if human is not None else []
+        refusal = AIMessage(self.refusal, name=round.label)
+        round.answer(messages=[*hidden, annotated(refusal, **marks)])
+
+    def after_model(self, round: Round, reply: Reply) -> None:
+        if not self.vets_replies:
+            return
+        block = first_response_block(self.guards, message_text(reply.message))
+        if block is None:
+            return
+        log.warning("response blocked by guard %s: %s", block.guard, block.reason)
+        refusal = AIMessage(self.refusal, id=reply.message.id)
+        reply.message = annotated(refusal, blocked_by=block.guard, reason=block.reason)
