@@ -26,7 +26,7 @@ System and assistant text come only from the application: wrap the input in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,6 +35,8 @@ from langchain_core.messages import (
     BaseMessage,
     HumanMessage,
     SystemMessage,
+    ToolCall,
+    ToolMessage,
     convert_to_messages,
 )
 from langchain_core.runnables import RunnableConfig
@@ -42,10 +44,12 @@ from langgraph.types import Command
 from pydantic import ValidationError
 
 from memory.text import clean_text, is_blank, single_line
+from memory.transcript import message_text
 from nodes.env import SessionEnv
 from nodes.run_config import configurable
 from nodes.state import TurnInput
-from nodes.view.images import IMAGE_BLOCK_TYPES, normalise_image
+from nodes.view.images import IMAGE_BLOCK_TYPES, MAX_IMAGE_BYTES, normalise_image
+from nodes.view.replies import usable_call_id
 from nodes.view.sanitize import UNNAMED_MEMBER, check_id, display_name
 
 TURN_KEYS = TurnInput.__required_keys__ | TurnInput.__optional_keys__
@@ -75,7 +79,25 @@ class Trusted:
     input: Mapping[str, Any] | Command
 
 
-def admit(input: Any, config: RunnableConfig | None, context: Any) -> tuple[Any, SessionEnv | None]:
+@dataclass(frozen=True)
+class Rules:
+    """How one run's input is admitted."""
+
+    restricted: bool = False
+    """A group or stranger session: a blank display name is a neutral third party."""
+    trusted: bool = False
+    """The application's own input (`Trusted`): system and assistant text allowed."""
+    max_image_bytes: int = MAX_IMAGE_BYTES
+    """Larger images become a placeholder before anything is stored."""
+
+
+def admit(
+    input: Any,
+    config: RunnableConfig | None,
+    context: Any,
+    *,
+    max_image_bytes: int = MAX_IMAGE_BYTES,
+) -> tuple[Any, SessionEnv | None]:
     """The run's input and context as the loop may take them, or an exception.
 
     `None` resumes an interrupted turn; a `Command` resumes one too, and its
@@ -88,28 +110,30 @@ def admit(input: Any, config: RunnableConfig | None, context: Any) -> tuple[Any,
     """
     env = admit_context(context)
     check_thread(config)
-    restricted = env is not None and env.restricted
-    trusted = isinstance(input, Trusted)
+    rules = Rules(
+        restricted=env is not None and env.restricted,
+        trusted=isinstance(input, Trusted),
+        max_image_bytes=max_image_bytes,
+    )
     raw = input.input if isinstance(input, Trusted) else input
     if raw is None:
         return None, env
     if isinstance(raw, Command):
-        return admit_command(raw, restricted, trusted=trusted), env
-    return admit_fields(raw, restricted, trusted=trusted), env
+        return admit_command(raw, rules), env
+    return admit_fields(raw, rules), env
 
 
-def admit_command(command: Command, restricted: bool, *, trusted: bool) -> Command:
+def admit_command(command: Command, rules: Rules) -> Command:
     """A `Command` whose update follows the turn-input rules, and which only the
     application may use to steer the graph (`goto`, a parent graph)."""
-    if not trusted and (command.goto or command.graph is not None):
+    if not rules.trusted and (command.goto or command.graph is not None):
         raise ValueError(
             "Command(goto=…) and Command(graph=…) steer the loop itself: only the application "
             "may send them, as Trusted(Command(…))"
         )
     if command.update is None:
         return command
-    update = admit_fields(command.update, restricted, trusted=trusted, opening=False)
-    return replace(command, update=update)
+    return replace(command, update=admit_fields(command.update, rules, opening=False))
 
 
 def admit_context(context: Any) -> SessionEnv | None:
@@ -137,9 +161,7 @@ def check_thread(config: RunnableConfig | None) -> None:
         check_id("thread id", given["thread_id"])
 
 
-def admit_fields(
-    fields: Any, restricted: bool, *, trusted: bool, opening: bool = True
-) -> dict[str, Any]:
+def admit_fields(fields: Any, rules: Rules, *, opening: bool = True) -> dict[str, Any]:
     """Turn input (or a Command's update) with every field checked and normalised."""
     if not isinstance(fields, Mapping):
         raise TypeError(
@@ -150,9 +172,7 @@ def admit_fields(
         raise ValueError(f"turn input: unknown key(s) {unknown}; a turn takes {sorted(TURN_KEYS)}")
     admitted: dict[str, Any] = {}
     if opening or "messages" in fields:
-        admitted["messages"] = admit_messages(
-            fields.get("messages"), restricted, trusted=trusted, opening=opening
-        )
+        admitted["messages"] = admit_messages(fields.get("messages"), rules, opening=opening)
     if fields.get("working_memory") is not None:
         admitted["working_memory"] = admit_working_memory(fields["working_memory"])
     return admitted
@@ -165,9 +185,7 @@ def admit_working_memory(value: Any) -> str:
     return clean_text(value)
 
 
-def admit_messages(
-    raw: Any, restricted: bool, *, trusted: bool, opening: bool = True
-) -> list[BaseMessage]:
+def admit_messages(raw: Any, rules: Rules, *, opening: bool = True) -> list[BaseMessage]:
     """The turn's messages, normalised; when they open a turn, at least one of them human.
 
     Like `add_messages`, a list holds several messages and anything else is one.
@@ -175,12 +193,10 @@ def admit_messages(
     items = raw if isinstance(raw, list) else [] if raw is None else [raw]
     if not items:
         raise ValueError("turn input: 'messages' must hold at least one message")
-    messages = [
-        admit_message(item, f"messages[{i}]", restricted, trusted=trusted)
-        for i, item in enumerate(items)
-    ]
+    messages = [admit_message(item, f"messages[{i}]", rules) for i, item in enumerate(items)]
     if opening and not any(isinstance(m, HumanMessage) for m in messages):
         raise ValueError("turn input: a turn needs at least one human message")
+    check_calls_answered(messages)
     return messages
 
 
@@ -197,31 +213,98 @@ def _as_message(item: Any, where: str) -> BaseMessage:
         raise ValueError(f"{where}: not a message ({reason})") from exc
 
 
-def admit_message(item: Any, where: str, restricted: bool, *, trusted: bool) -> BaseMessage:
-    """One message rebuilt from its content, name and id, or a clear error."""
+def admit_message(item: Any, where: str, rules: Rules) -> BaseMessage:
+    """One message rebuilt from its content, name and id (and its calls), or a clear error."""
     message = _as_message(item, where)
     message_id = _message_id(message.id, where)
     if isinstance(message, HumanMessage):
-        content = admit_content(message.content, where, images=True)
-        name = _third_party_name(message.name, restricted)
+        content = admit_content(message.content, where, max_image_bytes=rules.max_image_bytes)
+        name = _third_party_name(message.name, rules.restricted)
         return HumanMessage(content, name=name, id=message_id)
-    if trusted and isinstance(message, SystemMessage):
-        return SystemMessage(admit_content(message.content, where, images=False), id=message_id)
-    if trusted and isinstance(message, AIMessage):
-        if message.tool_calls or message.invalid_tool_calls:
-            raise ValueError(
-                f"{where}: an assistant message with tool calls needs their results, "
-                "which only the loop makes"
-            )
-        content = admit_content(message.content, where, images=False)
-        return AIMessage(content, name=single_line(message.name or "") or None, id=message_id)
+    if rules.trusted and isinstance(message, SystemMessage):
+        text = admit_content(message.content, where, max_image_bytes=None)
+        return SystemMessage(text, id=message_id)
+    if rules.trusted and isinstance(message, AIMessage):
+        return admit_reply(message, where, message_id)
+    if rules.trusted and isinstance(message, ToolMessage):
+        return admit_tool_result(message, where, message_id)
     allowed = (
-        "human, system or assistant messages"
-        if trusted
+        "human, system, assistant or tool messages"
+        if rules.trusted
         else "human messages (wrap the input in Trusted(...) for system or assistant text)"
     )
     kind = type(message).__name__
     raise ValueError(f"{where}: a {kind} cannot be turn input; a turn takes {allowed}")
+
+
+def admit_reply(message: AIMessage, where: str, message_id: str | None) -> AIMessage:
+    """An assistant message of the application's: text, and calls every provider takes
+    (each must be answered by a tool message that follows: `check_calls_answered`)."""
+    if message.invalid_tool_calls:
+        raise ValueError(f"{where}: an assistant message with unparseable tool calls")
+    calls = [
+        admit_call(call, f"{where}.tool_calls[{i}]") for i, call in enumerate(message.tool_calls)
+    ]
+    content = (
+        admit_content(message.content, where, max_image_bytes=None)
+        if not calls or not is_blank(message_text(message))
+        else ""
+    )
+    name = single_line(message.name or "") or None
+    return AIMessage(content, name=name, id=message_id, tool_calls=calls)
+
+
+def admit_call(call: ToolCall, where: str) -> ToolCall:
+    """A tool call with an id and a name every provider takes, and arguments as a dict."""
+    if not usable_call_id(call.get("id")):
+        raise ValueError(f"{where}: call id {call.get('id')!r} is not [A-Za-z0-9_-]{{1,40}}")
+    name = call.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"{where}: a tool call needs a name")
+    return ToolCall(name=name, args=dict(call.get("args") or {}), id=call["id"], type="tool_call")
+
+
+def admit_tool_result(message: ToolMessage, where: str, message_id: str | None) -> ToolMessage:
+    """A tool result of the application's, answering a call before it (see
+    `check_calls_answered`)."""
+    if not usable_call_id(message.tool_call_id):
+        raise ValueError(f"{where}: tool_call_id {message.tool_call_id!r} is not a usable call id")
+    text = message_text(message)
+    return ToolMessage(
+        clean_text(text) or "(empty)",
+        tool_call_id=message.tool_call_id,
+        name=single_line(message.name or "") or None,
+        status=message.status,
+        id=message_id,
+    )
+
+
+def check_calls_answered(messages: Sequence[BaseMessage]) -> None:
+    """Every call is answered by a tool message before the next human, assistant or system
+    message, and every tool message answers a call of the reply before it: a provider
+    refuses a transcript with an unanswered call or a result without one."""
+    open_calls: dict[str, str] = {}
+    seen: set[str] = set()
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if isinstance(message, ToolMessage):
+            if open_calls.pop(message.tool_call_id, None) is None:
+                raise ValueError(
+                    f"{where}: tool result for {message.tool_call_id!r} answers no call before it"
+                )
+            continue
+        if open_calls:
+            call_id, call_at = next(iter(open_calls.items()))
+            raise ValueError(f"{call_at}: tool call {call_id!r} has no result before {where}")
+        if isinstance(message, AIMessage):
+            for call_id in (str(call["id"]) for call in message.tool_calls):
+                if call_id in seen:
+                    raise ValueError(f"{where}: tool call id {call_id!r} is used twice")
+                seen.add(call_id)
+                open_calls[call_id] = where
+    if open_calls:
+        call_id, call_at = next(iter(open_calls.items()))
+        raise ValueError(f"{call_at}: tool call {call_id!r} has no result")
 
 
 def _message_id(value: str | None, where: str) -> str | None:
@@ -237,8 +320,11 @@ def _third_party_name(name: str | None, restricted: bool) -> str | None:
     return display_name(name) or (UNNAMED_MEMBER if restricted else None)
 
 
-def admit_content(content: Any, where: str, *, images: bool) -> str | list[str | dict[str, Any]]:
-    """Non-empty text, or known content blocks (images only where `images`)."""
+def admit_content(
+    content: Any, where: str, *, max_image_bytes: int | None
+) -> str | list[str | dict[str, Any]]:
+    """Non-empty text, or known content blocks (images only where `max_image_bytes` is set:
+    up to that size, larger ones become a placeholder)."""
     if isinstance(content, str):
         text = clean_text(content)
         if is_blank(text):
@@ -251,14 +337,14 @@ def admit_content(content: Any, where: str, *, images: bool) -> str | list[str |
     blocks: list[str | dict[str, Any]] = [
         block
         for j, raw in enumerate(content)
-        if (block := admit_block(raw, f"{where}.content[{j}]", images=images)) is not None
+        if (block := admit_block(raw, f"{where}.content[{j}]", max_image_bytes)) is not None
     ]
     if not blocks:
         raise ValueError(f"{where}: the message has no text or image")
     return blocks
 
 
-def admit_block(raw: Any, where: str, *, images: bool) -> dict[str, str] | None:
+def admit_block(raw: Any, where: str, max_image_bytes: int | None) -> dict[str, str] | None:
     """A text block, a normalised image block, or None for a blank text block."""
     block = {"type": "text", "text": raw} if isinstance(raw, str) else raw
     if not isinstance(block, dict):
@@ -270,7 +356,7 @@ def admit_block(raw: Any, where: str, *, images: bool) -> dict[str, str] | None:
             raise ValueError(f"{where}: a text block needs its 'text' as a string")
         text = clean_text(text)
         return None if is_blank(text) else {"type": "text", "text": text}
-    if images and kind in IMAGE_BLOCK_TYPES:
-        return normalise_image(block)
-    known = "text, image, image_url" if images else "text"
+    if max_image_bytes is not None and kind in IMAGE_BLOCK_TYPES:
+        return normalise_image(block, max_image_bytes)
+    known = "text, image, image_url" if max_image_bytes is not None else "text"
     raise ValueError(f"{where}: unknown content block type {kind!r} (known: {known})")

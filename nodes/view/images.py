@@ -137,8 +137,9 @@ def _url_image(url: str) -> dict[str, str]:
     return {"type": "image", "url": url, **({"mime_type": mime} if mime else {})}
 
 
-def normalise_image(block: dict[str, Any]) -> dict[str, str]:
-    """The block in the form every provider renders, or the placeholder saying why it can't be.
+def normalise_image(block: dict[str, Any], max_bytes: int = MAX_IMAGE_BYTES) -> dict[str, str]:
+    """The block in the form every provider renders, or the placeholder saying why it can't be
+    (undecodable, of an unknown type, or over `max_bytes`: never stored, never re-sent).
 
     Idempotent: a normalised block normalises to itself.
     """
@@ -148,6 +149,8 @@ def normalise_image(block: dict[str, Any]) -> dict[str, str]:
         if data is not None:
             raw = decode(data)
             ref = ImageRef(hashlib.sha256(raw).hexdigest(), size=len(raw))
+            if len(raw) > max_bytes:
+                raise ImageError(f"图片过大（{len(raw)} 字节，上限 {max_bytes} 字节）")
             mime = sniff_mime(raw)
             if mime is None:
                 raise ImageError("图片格式无法识别（只收 PNG、JPEG、GIF、WEBP）")
