@@ -24,7 +24,7 @@ from graph import (
 )
 from memory import MemoryItem, MemoryStore, Scope, pipeline
 from memory.background import queue_depth, unfinished
-from memory.ledger import LEDGER_COLLECTION, Record, claimable, this_owner
+from memory.extraction_ledger import LEDGER_COLLECTION, Record, claimable, this_owner
 from memory.transcript import last_human, message_text
 from tests.conftest import human, make_config, thread
 from tests.scripted import ScriptedChatModel

@@ -45,7 +45,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from graph import LoopConfig, Persona, build_graph, open_checkpointer, prune_checkpoints
-from graph.retention import DEFAULT_KEEP
+from graph.storage.retention import DEFAULT_KEEP
 from studio.tool_binding import ToolBindingChatModel
 
 MARKS = (100, 1_000, 3_000)
