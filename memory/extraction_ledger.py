@@ -3,18 +3,20 @@
 A turn's pending extraction is recorded in its session's checkpoint; this
 ledger is the other half of "exactly once". It lives where the memories do,
 so a process that can write a memory can also say that the extraction behind
-it is done, and every process sharing the store sees it:
+it is done, and every process sharing the store sees it. A memory backend
+provides it (`extraction_ledger()`, `memory.protocols.ProvidesExtractionLedger`);
+`MemoryStore` gives
 
-- an embedded store: a SQLite file in the store's folder (one process holds
+- for an embedded store, a SQLite file in the store's folder (one process holds
   the folder, so one process writes it). An embedded Chroma write holds the
   interpreter for its whole run, fsync included (5-25 ms a call here), and
   the ledger is written every cycle; Python's sqlite3 lets go of it;
-- a Chroma server: a small collection on the server, shared by every worker.
-  It has no `bucket` in its metadata, so the store's reads and migration
-  never take it for memories;
-- any other memory backend: its own, if it provides one (`extraction_ledger()`,
-  see `memory.protocols.ProvidesExtractionLedger`), else this process only
-  (logged once per backend type), since there is nowhere shared to keep it.
+- for a Chroma server, a small collection on the server, shared by every
+  worker. It has no `bucket` in its metadata, so the store's reads and
+  migration never take it for memories.
+
+A backend that provides none gets a ledger of this process only (logged once
+per backend type), since there is nowhere shared to keep it.
 
 One record per extraction key:
 - `running` — claimed by `owner` until `until` (wall clock); `attempts` counts claims;
