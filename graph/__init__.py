@@ -1,11 +1,11 @@
 """Cyrene's agent loop as a LangGraph graph: the public API (DESIGN §7)."""
 
 from graph.builder import build_graph
-from graph.checkpoint import open_checkpointer
 from graph.extractions import aresume_extractions, resume_extractions
-from graph.retention import PruneReport, prune_checkpoints
 from graph.sessions import SessionBusyError, SessionWaitTimeout
 from graph.shutdown import GracefulStop, StopRequested, arun_turn, run_turn
+from graph.storage.checkpoint import open_checkpointer
+from graph.storage.retention import PruneReport, prune_checkpoints
 from memory.background import JobStats, extraction_stats, wait_for_extractions
 from nodes.boundary import Trusted
 from nodes.config import LoopConfig, Persona

@@ -2,7 +2,7 @@
 
 Every turn records its background extraction in the session's checkpoint
 before it returns (`nodes.extraction`), and the memory store's ledger records
-each one that finished (`memory.ledger`). A session's next turn re-submits
+each one that finished (`memory.extraction_ledger`). A session's next turn re-submits
 what its checkpoint still lists; this call does the same for every session at
 once, so a fact said just before a crash is stored even if that session never
 speaks again. Call it when a process starts, before serving turns.
@@ -29,6 +29,7 @@ from memory.background import unfinished
 from nodes.config import LoopConfig
 from nodes.extraction import PENDING, resubmit
 from nodes.loop import Loop
+from nodes.run_config import configurable, thread_id
 from nodes.state import PendingExtraction
 
 
@@ -41,9 +42,8 @@ class LatestPending:
         self.pending: dict[str, list[PendingExtraction]] = {}
 
     def add(self, saved: CheckpointTuple) -> None:
-        configurable = saved.config.get("configurable", {})
-        thread = configurable.get("thread_id")
-        if thread is None or configurable.get("checkpoint_ns", "") or thread in self.seen:
+        thread = thread_id(saved.config)
+        if thread is None or configurable(saved.config).get("checkpoint_ns") or thread in self.seen:
             return
         self.seen.add(thread)
         if entries := saved.checkpoint["channel_values"].get(PENDING):

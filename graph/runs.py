@@ -10,7 +10,9 @@ work while a turn is in flight. Everything else is LangGraph's.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -18,16 +20,16 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Durability
 
-from graph.session_ledger import Answered, Claim
-from graph.sessions import (
+from graph.sessions.gate import (
     SessionGate,
     answered_chunks,
     entry_for,
-    ledger_for,
+    inbox_for,
     merged_input,
     session_of,
     with_ids,
 )
+from graph.sessions.inbox import Answered, Claim
 from memory.background import TURNS
 from nodes.boundary import admit
 from nodes.compat import CONFIG_KEY_DURABILITY
@@ -56,6 +58,61 @@ def recovered_input(claim: Claim, input: Any, stored: set[str], resumable: bool)
     if not all(m.id in stored for m in claim.entry.messages):
         return input
     return None if resumable else ANSWERED
+
+
+# -- a run's steps, as `SessionGate._steps` does it: one generator, two drivers ------------
+
+
+@dataclass
+class _Ask:
+    """A read of the saver or state, or a lock operation: `get` from a sync run,
+    `aget` from an async one; the step generator is sent what it returns."""
+
+    get: Callable[..., Any]
+    aget: Callable[..., Awaitable[Any]]
+    args: tuple = ()
+
+
+@dataclass
+class _Run:
+    """The turn itself: LangGraph's stream, counted in `TURNS`; its chunks go to the caller."""
+
+    input: Any
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Emit:
+    """Chunks for the caller that no turn of its own produced (another caller's turn
+    answered it)."""
+
+    chunks: list[Any]
+
+
+Step = _Ask | _Run | _Emit
+Steps = Generator[Step, Any, Any]
+
+
+class _Stepper:
+    """Feeds a run's steps what each step came to: its value, or the exception it raised
+    (so the steps' `finally` still gives the session back when the caller stops early)."""
+
+    def __init__(self, steps: Steps) -> None:
+        self._steps = steps
+        self._resume: Callable[[], Step] = partial(steps.send, None)
+
+    def next(self) -> Step | None:
+        """The next step; None once the run is over (its exception, if any, is raised)."""
+        try:
+            return self._resume()
+        except StopIteration:
+            return None
+
+    def answer(self, value: Any) -> None:
+        self._resume = partial(self._steps.send, value)
+
+    def fail(self, exc: BaseException) -> None:
+        self._resume = partial(self._steps.throw, exc)
 
 
 class CyreneGraph(CompiledStateGraph):
@@ -108,132 +165,106 @@ class CyreneGraph(CompiledStateGraph):
         return self.checkpointer
 
     def _gate(self) -> SessionGate:
-        return SessionGate(ledger_for(self._saver), self.busy_policy, self.busy_timeout)
+        return SessionGate(inbox_for(self._saver), self.busy_policy, self.busy_timeout)
 
     @staticmethod
     def _at(config: RunnableConfig | None, checkpoint_id: str | None) -> RunnableConfig:
         """The session's latest checkpoint, or the one with `checkpoint_id`."""
-        thread = configurable(config)["thread_id"]
-        at = {"thread_id": thread, "checkpoint_ns": ""}
+        at = {"thread_id": thread_id(config), "checkpoint_ns": ""}
         return {"configurable": {**at, "checkpoint_id": checkpoint_id} if checkpoint_id else at}
 
-    def _resumable(self, config: RunnableConfig) -> bool:
-        # A crash can land after a task's writes were saved but before the next
-        # checkpoint was: `next` is then empty, yet LangGraph resumes from the writes.
-        saved = self._saver.get_tuple(config)
-        return saved is not None and bool(saved.pending_writes or self.get_state(config).next)
-
-    async def _aresumable(self, config: RunnableConfig) -> bool:
-        saved = await self._saver.aget_tuple(config)
-        return saved is not None and bool(
-            saved.pending_writes or (await self.aget_state(config)).next
-        )
-
-    # -- sync ---------------------------------------------------------------------------
-    def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator:
-        input, kwargs["context"] = admit(input, config, kwargs.get("context"))
+    # -- a run, as steps ------------------------------------------------------------------
+    def _steps(self, input: Any, config: RunnableConfig | None, kwargs: dict) -> Steps:
+        """The run, as steps that `stream` carries out in its thread and `astream` awaits:
+        wait for the session, work out what to run, run it (or hand over the state
+        another caller's turn answered with), and give the session back."""
         if (thread := self._session(config)) is None:
-            if input is None and self._saves_itself and not self._resumable(config or {}):
+            if input is None and self._saves_itself and not (yield from self._resumable(config)):
                 raise _nothing_to_resume(config)
-            return self._as_turn(super().stream(input, config, **self._run_kwargs(config, kwargs)))
+            yield _Run(input, self._run_kwargs(config, kwargs))
+            return None
         input = with_ids(input)
+        gate = self._gate()
         entry = entry_for(thread, input, kwargs["context"], config)
-        return self._locked(self._gate(), entry, input, config, kwargs)
-
-    def _locked(
-        self, gate: SessionGate, entry: Any, input: Any, config: Any, kwargs: dict
-    ) -> Iterator:
-        """The run, once the session is ours; or the state another caller's turn answered with."""
-        outcome = gate.wait_turn(entry)
+        outcome = yield _Ask(gate.wait_turn, gate.await_turn, (entry,))
         if isinstance(outcome, Answered):
-            yield from self._answer(outcome.checkpoint_id, config, kwargs)
-            return
+            return (yield from self._answer(outcome.checkpoint_id, config, kwargs))
         answered: str | None = None
         try:
-            run_input = self._claimed_input(outcome, input, config)
+            run_input = yield from self._claimed_input(outcome, input, config)
             if run_input is ANSWERED:
                 answered = ""
-                yield from self._answer(None, config, kwargs)
-                return
-            with TURNS.turn():
-                yield from super().stream(run_input, config, **self._run_kwargs(config, kwargs))
-            answered = self._latest_id(config) if outcome.merged else ""
+                return (yield from self._answer(None, config, kwargs))
+            yield _Run(run_input, self._run_kwargs(config, kwargs))
+            answered = (yield from self._latest_id(config)) if outcome.merged else ""
         finally:
-            gate.release(outcome, answered)
+            yield _Ask(gate.release, gate.arelease, (outcome, answered))
+        return None
 
-    def _claimed_input(self, claim: Claim, input: Any, config: Any) -> Any:
+    def _resumable(self, config: RunnableConfig | None) -> Steps:
+        # A crash can land after a task's writes were saved but before the next
+        # checkpoint was: `next` is then empty, yet LangGraph resumes from the writes.
+        saved = yield _Ask(self._saver.get_tuple, self._saver.aget_tuple, (config or {},))
+        if saved is None:
+            return False
+        return bool(saved.pending_writes or (yield from self._state(config)).next)
+
+    def _state(self, config: RunnableConfig | None) -> Steps:
+        return (yield _Ask(self.get_state, self.aget_state, (config or {},)))
+
+    def _claimed_input(self, claim: Claim, input: Any, config: RunnableConfig | None) -> Steps:
         if claim.recovering:
-            messages = self.get_state(self._at(config, None)).values.get("messages", [])
-            return recovered_input(claim, input, {m.id for m in messages}, self._resumable(config))
-        if input is None and not self._resumable(config):
+            messages = (yield from self._state(self._at(config, None))).values.get("messages", [])
+            resumable = yield from self._resumable(config)
+            return recovered_input(claim, input, {m.id for m in messages}, resumable)
+        if input is None and not (yield from self._resumable(config)):
             raise _nothing_to_resume(config)
         return merged_input(claim, input) if isinstance(input, dict) else input
 
-    def _answer(self, checkpoint_id: str | None, config: Any, kwargs: dict) -> Iterator:
-        values = self.get_state(self._at(config, checkpoint_id)).values
-        yield from answered_chunks(values, kwargs, self.stream_mode)
+    def _answer(
+        self, checkpoint_id: str | None, config: RunnableConfig | None, kwargs: dict
+    ) -> Steps:
+        values = (yield from self._state(self._at(config, checkpoint_id))).values
+        yield _Emit(answered_chunks(values, kwargs, self.stream_mode))
 
-    def _latest_id(self, config: Any) -> str:
-        saved = self._saver.get_tuple(self._at(config, None))
-        return saved.config["configurable"]["checkpoint_id"] if saved else ""
+    def _latest_id(self, config: RunnableConfig | None) -> Steps:
+        at = self._at(config, None)
+        saved = yield _Ask(self._saver.get_tuple, self._saver.aget_tuple, (at,))
+        return configurable(saved.config)["checkpoint_id"] if saved else ""
 
-    @staticmethod
-    def _as_turn(chunks: Iterator) -> Iterator:
-        with TURNS.turn():
-            yield from chunks
+    # -- the two drivers --------------------------------------------------------------------
+    def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator:
+        input, kwargs["context"] = admit(input, config, kwargs.get("context"))
+        return self._drive(_Stepper(self._steps(input, config, kwargs)), config)
 
-    # -- async: the same, awaited -----------------------------------------------------------
+    def _drive(self, steps: _Stepper, config: RunnableConfig | None) -> Iterator:
+        """Carry out a run's steps in this thread, streaming the turn's chunks."""
+        while (step := steps.next()) is not None:
+            try:
+                if isinstance(step, _Run):
+                    with TURNS.turn():
+                        yield from super().stream(step.input, config, **step.kwargs)
+                elif isinstance(step, _Emit):
+                    yield from step.chunks
+                steps.answer(step.get(*step.args) if isinstance(step, _Ask) else None)
+            except BaseException as exc:
+                steps.fail(exc)
+
     async def astream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator:
+        """`stream`, awaited: the same steps, with the event loop free while the call waits."""
         input, kwargs["context"] = admit(input, config, kwargs.get("context"))
-        if (thread := self._session(config)) is None:
-            if input is None and self._saves_itself and not await self._aresumable(config or {}):
-                raise _nothing_to_resume(config)
-            with TURNS.turn():
-                async for chunk in super().astream(
-                    input, config, **self._run_kwargs(config, kwargs)
-                ):
-                    yield chunk
-            return
-        input = with_ids(input)
-        entry = entry_for(thread, input, kwargs["context"], config)
-        gate = self._gate()
-        outcome = await gate.await_turn(entry)
-        if isinstance(outcome, Answered):
-            for chunk in await self._aanswer(outcome.checkpoint_id, config, kwargs):
-                yield chunk
-            return
-        answered: str | None = None
-        try:
-            run_input = await self._aclaimed_input(outcome, input, config)
-            if run_input is ANSWERED:
-                answered = ""
-                for chunk in await self._aanswer(None, config, kwargs):
-                    yield chunk
-                return
-            with TURNS.turn():
-                async for chunk in super().astream(
-                    run_input, config, **self._run_kwargs(config, kwargs)
-                ):
-                    yield chunk
-            answered = await self._alatest_id(config) if outcome.merged else ""
-        finally:
-            await gate.arelease(outcome, answered)
-
-    async def _aclaimed_input(self, claim: Claim, input: Any, config: Any) -> Any:
-        if claim.recovering:
-            messages = (await self.aget_state(self._at(config, None))).values.get("messages", [])
-            resumable = await self._aresumable(config)
-            return recovered_input(claim, input, {m.id for m in messages}, resumable)
-        if input is None and not await self._aresumable(config):
-            raise _nothing_to_resume(config)
-        return merged_input(claim, input) if isinstance(input, dict) else input
-
-    async def _aanswer(self, checkpoint_id: str | None, config: Any, kwargs: dict) -> list:
-        values = (await self.aget_state(self._at(config, checkpoint_id))).values
-        return answered_chunks(values, kwargs, self.stream_mode)
-
-    async def _alatest_id(self, config: Any) -> str:
-        saved = await self._saver.aget_tuple(self._at(config, None))
-        return saved.config["configurable"]["checkpoint_id"] if saved else ""
+        steps = _Stepper(self._steps(input, config, kwargs))
+        while (step := steps.next()) is not None:
+            try:
+                if isinstance(step, _Run):
+                    with TURNS.turn():
+                        async for chunk in super().astream(step.input, config, **step.kwargs):
+                            yield chunk
+                elif isinstance(step, _Emit):
+                    for chunk in step.chunks:
+                        yield chunk
+                steps.answer(await step.aget(*step.args) if isinstance(step, _Ask) else None)
+            except BaseException as exc:
+                steps.fail(exc)

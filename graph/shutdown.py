@@ -23,9 +23,10 @@ import asyncio
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from types import FrameType, TracebackType
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -84,10 +85,10 @@ class GracefulStop:
         self._requested = threading.Event()
         self._signalled = False
         # Reentrant: a signal handler runs on the main thread, possibly while
-        # that thread holds the lock in `running()`.
+        # that thread holds the lock in `_working()`.
         self._lock = threading.RLock()
-        self._controls: set[RunControl] = set()
-        self._busy = 0
+        self._work: set[object] = set()
+        """Work a signal must not interrupt: each run's `RunControl`, a token per drain."""
         self._previous: dict[int, Handler] = {}
 
     def __enter__(self) -> GracefulStop:
@@ -95,12 +96,7 @@ class GracefulStop:
             self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self._restore()
 
     @property
@@ -122,35 +118,33 @@ class GracefulStop:
         with self._lock:
             if self.signum is None:
                 self.signum, self._requested_at = signum, time.monotonic()
-            controls = list(self._controls)
+            controls = [w for w in self._work if isinstance(w, RunControl)]
         self._requested.set()
         for control in controls:
             self._drain(control)
 
-    @contextmanager
-    def busy(self) -> Iterator[None]:
+    def busy(self) -> AbstractContextManager[None]:
         """Mark work that a signal must not interrupt (it asks it to stop instead)."""
-        with self._lock:
-            self._busy += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._busy -= 1
+        return self._working(object())
 
     @contextmanager
     def running(self) -> Iterator[RunControl]:
         """A `RunControl` for one run, drained when a stop is (or was already) requested."""
         control = RunControl()
-        with self.busy():
+        with self._working(control):
+            yield control
+
+    @contextmanager
+    def _working(self, work: object) -> Iterator[None]:
+        with self._lock:
+            self._work.add(work)
+            if isinstance(work, RunControl):
+                self._drain(work)  # a stop requested before the run began
+        try:
+            yield
+        finally:
             with self._lock:
-                self._controls.add(control)
-                self._drain(control)  # a stop requested before the run began
-            try:
-                yield control
-            finally:
-                with self._lock:
-                    self._controls.discard(control)
+                self._work.discard(work)
 
     def drain(self, timeout: float, grace: float = DEFAULT_GRACE) -> bool:
         """Wait for background extraction: up to `timeout` seconds, and at most
@@ -180,7 +174,7 @@ class GracefulStop:
             return
         self._signalled = True
         self.request(signum)
-        if self.interrupt_idle and not self._busy:
+        if self.interrupt_idle and not self._work:
             raise StopRequested(signum)
 
     def _force(self, signum: int) -> None:
@@ -196,6 +190,26 @@ class GracefulStop:
 
 def _ignore(chunk: Any) -> None:
     """The default `on_chunk`: the turn's result is in the checkpoint, not the stream."""
+
+
+@dataclass
+class _Turn:
+    finished: bool = True
+    """False when a stop request ended the turn at a step boundary."""
+
+
+@contextmanager
+def _stoppable(stop: GracefulStop, kwargs: dict[str, Any]) -> Iterator[_Turn]:
+    """The frame of one turn, sync or async: `stream_mode` defaults to "updates", and
+    the run gets a `RunControl` that a stop request drains (which ends the block)."""
+    kwargs.setdefault("stream_mode", "updates")
+    turn = _Turn()
+    with stop.running() as control:
+        kwargs["control"] = control
+        try:
+            yield turn
+        except GraphDrained:
+            turn.finished = False
 
 
 def run_turn(
@@ -220,14 +234,10 @@ def run_turn(
         True when the turn finished; False when a stop request ended it at a step
         boundary: that step's checkpoint is saved and `invoke(None, config)` finishes it.
     """
-    kwargs.setdefault("stream_mode", "updates")
-    with stop.running() as control:
-        try:
-            for chunk in graph.stream(input, config, control=control, **kwargs):
-                on_chunk(chunk)
-        except GraphDrained:
-            return False
-    return True
+    with _stoppable(stop, kwargs) as turn:
+        for chunk in graph.stream(input, config, **kwargs):
+            on_chunk(chunk)
+    return turn.finished
 
 
 async def arun_turn(
@@ -236,15 +246,14 @@ async def arun_turn(
     config: RunnableConfig,
     *,
     stop: GracefulStop,
-    on_chunk: Callable[[Any], None] = _ignore,
+    on_chunk: Callable[[Any], Awaitable[None] | None] = _ignore,
     **kwargs: Any,
 ) -> bool:
-    """`run_turn` with `astream` (a graph over an async saver)."""
-    kwargs.setdefault("stream_mode", "updates")
-    with stop.running() as control:
-        try:
-            async for chunk in graph.astream(input, config, control=control, **kwargs):
-                on_chunk(chunk)
-        except GraphDrained:
-            return False
-    return True
+    """`run_turn` with `astream` (a graph over an async saver). `on_chunk` may also be
+    a coroutine function: it is awaited, so a slow consumer slows the stream and never
+    loses a chunk."""
+    with _stoppable(stop, kwargs) as turn:
+        async for chunk in graph.astream(input, config, **kwargs):
+            if (pending := on_chunk(chunk)) is not None:
+                await pending
+    return turn.finished

@@ -4,14 +4,16 @@ from memory.background import wait_for_extractions
 from memory.block import format_memory_block
 from memory.embedding import HashingEmbedding
 from memory.errors import MemoryStoreError, MemoryWriteError, StoreInUseError, StoreLayoutError
+from memory.extraction_ledger import ExtractionLedger
 from memory.extractors import LLMExtractor, ManualExtractor
 from memory.items import MemoryItem, Scope, Source
-from memory.protocols import Extractor, MemoryBackend
+from memory.protocols import Extractor, MemoryBackend, ProvidesExtractionLedger
 from memory.ranking import Decay, SearchResult
 from memory.store import MemoryStore
 
 __all__ = [
     "Decay",
+    "ExtractionLedger",
     "Extractor",
     "HashingEmbedding",
     "LLMExtractor",
@@ -21,6 +23,7 @@ __all__ = [
     "MemoryStore",
     "MemoryStoreError",
     "MemoryWriteError",
+    "ProvidesExtractionLedger",
     "Scope",
     "SearchResult",
     "Source",

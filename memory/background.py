@@ -6,7 +6,7 @@ returns, so a crash never loses it (`nodes.extraction`). One process-wide
 pipeline (`memory.pipeline`) runs the jobs of every graph:
 
 - **Exactly once in effect.** A job is claimed in the store's ledger
-  (`memory.ledger`) before its extractor runs and marked done right after its
+  (`memory.extraction_ledger`) before its extractor runs and marked done right after its
   items are written; a key the ledger calls done (or lost) is never run
   again, and items upsert by content id, so a re-run never duplicates one.
 - **Bounded retries.** A failed or overrun attempt is retried after a short
@@ -27,8 +27,8 @@ import os
 from dataclasses import replace
 from typing import Any
 
+from memory.extraction_ledger import extraction_ledger_for
 from memory.jobs import DEFAULT_TIMEOUT, TOTALS, TURNS, ExtractionJob, JobStats, count
-from memory.ledger import ledger_for
 from memory.pipeline import Pipeline
 
 __all__ = [
@@ -90,7 +90,7 @@ class BackgroundJobs:
 
 def unfinished(store: Any, keys: list[str]) -> set[str]:
     """Those of `keys` that the store's ledger does not call done or lost."""
-    records = ledger_for(store).read(keys) if keys else {}
+    records = extraction_ledger_for(store).read(keys) if keys else {}
     return {k for k in keys if k not in records or records[k].state == "running"}
 
 

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from memory.extraction_ledger import ExtractionLedger, extraction_ledger_for
 from memory.items import MemoryItem, Source
-from memory.ledger import Ledger, ledger_for
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -73,8 +73,8 @@ class ExtractionJob:
     """Stamped memories, once extracted."""
 
     @property
-    def ledger(self) -> Ledger:
-        return ledger_for(self.store)
+    def ledger(self) -> ExtractionLedger:
+        return extraction_ledger_for(self.store)
 
     def count(self, name: str, n: int = 1) -> None:
         count(self.stats, name, n)

@@ -28,9 +28,9 @@ from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from memory.extraction_ledger import ExtractionLedger, Record, claimable, this_owner
 from memory.items import MemoryItem
 from memory.jobs import TURNS, ExtractionJob, run_with_deadline
-from memory.ledger import Ledger, Record, claimable, this_owner
 from memory.policy import stamp
 
 log = logging.getLogger("cyrene.memory")
@@ -74,8 +74,8 @@ def give_way(deadline: float) -> bool:
     return TURNS.wait_for_idle(max(0.0, deadline - time.monotonic()))
 
 
-def by_ledger(jobs: list[ExtractionJob]) -> dict[Ledger, list[ExtractionJob]]:
-    grouped: dict[Ledger, list[ExtractionJob]] = {}
+def by_ledger(jobs: list[ExtractionJob]) -> dict[ExtractionLedger, list[ExtractionJob]]:
+    grouped: dict[ExtractionLedger, list[ExtractionJob]] = {}
     for job in jobs:
         grouped.setdefault(job.ledger, []).append(job)
     return grouped

@@ -1,7 +1,7 @@
 """The memory plug-in points as `Protocol`s: bring your own, no base class needed.
 
-`MemoryStore` is one `MemoryBackend`; `ManualExtractor` and `LLMExtractor` are
-`Extractor`s. Both protocols are runtime-checkable, so a config can refuse an
+`MemoryStore` is one `MemoryBackend` (and `ProvidesExtractionLedger`);
+`ManualExtractor` and `LLMExtractor` are `Extractor`s. Both protocols are runtime-checkable, so a config can refuse an
 object that lacks the members (isinstance checks presence, not signatures;
 the type checker checks those).
 """
@@ -13,13 +13,19 @@ from typing import Protocol, runtime_checkable
 
 from langchain_core.messages import BaseMessage
 
+from memory.extraction_ledger import ExtractionLedger
 from memory.items import MemoryItem
 from memory.ranking import SearchResult
 
 
 @runtime_checkable
 class MemoryBackend(Protocol):
-    """Where the loop reads memories before each model call and writes extracted ones."""
+    """Where the loop reads memories before each model call and writes extracted ones.
+
+    A backend may also provide its extraction ledger (`ProvidesExtractionLedger`):
+    one on a server, shared by every worker, keeps background extraction
+    exactly once across processes.
+    """
 
     def search(
         self, query: str, persona_id: str | None = None, restricted: bool = False, k: int = 8
@@ -29,6 +35,22 @@ class MemoryBackend(Protocol):
 
     def add_many(self, items: Iterable[MemoryItem]) -> Sequence[str]:
         """Store (upsert) the items; their ids in order. Persona items arrive stamped."""
+        ...
+
+
+@runtime_checkable
+class ProvidesExtractionLedger(Protocol):
+    """The optional part of a `MemoryBackend`: where its background extractions are recorded.
+
+    The pipeline asks once per backend object and keeps the answer. Put the
+    ledger where the memories are (a table or collection beside them), so
+    every process that writes this backend's memories sees which extractions
+    are done. A backend without this method gets a ledger of this process
+    only (`memory.extraction_ledger.ProcessExtractionLedger`; logged once).
+    """
+
+    def extraction_ledger(self) -> ExtractionLedger:
+        """The ledger that records this backend's background extractions."""
         ...
 
 

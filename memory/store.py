@@ -31,6 +31,12 @@ from chromadb.errors import NotFoundError
 
 from memory.embedding import HashingEmbedding
 from memory.errors import MemoryStoreError, MemoryWriteError
+from memory.extraction_ledger import (
+    LEDGER_FILE,
+    ChromaExtractionLedger,
+    ExtractionLedger,
+    SqliteExtractionLedger,
+)
 from memory.items import MemoryItem, Scope, bucket_name, require_owner
 from memory.layout import bucket_metadata, check_owner, collection_name, migrate, ours
 from memory.ranking import Decay, SearchResult, rank
@@ -165,6 +171,16 @@ class MemoryStore(AbstractContextManager["MemoryStore"]):
     def _live(self) -> None:
         if self._closed:
             raise MemoryStoreError("this memory store is closed; open it again to use it")
+
+    def extraction_ledger(self) -> ExtractionLedger:
+        """Where this store's background extractions are recorded (a new handle each call;
+        the pipeline asks once per store): a SQLite file beside an embedded store's
+        Chroma files (one process holds the folder), or a collection on the Chroma
+        server that every worker shares."""
+        settings = self.client.get_settings()
+        if settings.is_persistent and settings.persist_directory:
+            return SqliteExtractionLedger(Path(settings.persist_directory) / LEDGER_FILE)
+        return ChromaExtractionLedger(self.client)
 
     # -- collections -------------------------------------------------------
     def _collection(self, bucket: str, *, create: bool) -> Collection | None:

@@ -28,8 +28,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 
 from graph.builder import build_graph
-from graph.retention import DEFAULT_KEEP, prune_checkpoints
 from graph.shutdown import GracefulStop, StopRequested
+from graph.storage.retention import DEFAULT_KEEP, prune_checkpoints
 from memory.transcript import message_text
 from nodes.config import LoopConfig
 from nodes.env import Actor

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from graph.checkpoint import POSTGRES_PREFIXES, SQLITE_PREFIX, open_checkpointer
+from graph.storage.checkpoint import POSTGRES_PREFIXES, SQLITE_PREFIX, open_checkpointer
 from memory import MemoryStore
 from memory.errors import MemoryStoreError
 

@@ -20,9 +20,9 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from graph.builder import build_graph
-from graph.checkpoint import open_checkpointer
 from graph.extractions import aresume_extractions
 from graph.runs import CyreneGraph
+from graph.storage.checkpoint import open_checkpointer
 from nodes.config import LoopConfig
 from studio.demo import DATA_ENV, DEFAULT_DATA, demo_config, demo_model
 

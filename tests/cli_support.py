@@ -54,6 +54,19 @@ def cyrene(
     return Outcome(code, out.out, out.err)
 
 
+def chat(
+    capsys: pytest.CaptureFixture[str],
+    data: Any,
+    session: str,
+    typed: str,
+    model: BaseChatModel | None = None,
+) -> Outcome:
+    """`cyrene chat --session SESSION --data DATA`, with `typed` as what the user types."""
+    return cyrene(
+        capsys, "chat", "--session", session, "--data", str(data), model=model, stdin=typed
+    )
+
+
 def cyrene_process(
     *argv: str, stdin: str | None = None, prefix: Sequence[str] = ()
 ) -> subprocess.CompletedProcess[str]:

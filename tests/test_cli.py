@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from studio.cli import parser
-from tests.cli_support import cyrene, cyrene_process, one_line_error
+from tests.cli_support import chat, cyrene, cyrene_process, one_line_error
 from tests.conftest import REPO
 
 
@@ -45,55 +45,15 @@ def test_run_twice_on_one_session_sees_the_first_turn(tmp_path, capsys):
     assert [who for who, _ in lines] == ["human", "ai(xilian)", "human", "ai(xilian)"]
 
 
+AS_XIAOMING = ["--session", "s", "--persona", "aglaea", "--actor", "group", "--name", "小明"]
+
+
 @pytest.mark.parametrize(
     "argv",
     [
-        [
-            "--data",
-            "D",
-            "--session",
-            "s",
-            "--persona",
-            "aglaea",
-            "--actor",
-            "group",
-            "--name",
-            "小明",
-            "run",
-            "hi",
-        ],
-        [
-            "run",
-            "hi",
-            "--data",
-            "D",
-            "--session",
-            "s",
-            "--persona",
-            "aglaea",
-            "--actor",
-            "group",
-            "--name",
-            "小明",
-        ],
-        [
-            "--data",
-            "X",
-            "--session",
-            "t",
-            "run",
-            "hi",
-            "--data",
-            "D",
-            "--session",
-            "s",
-            "--persona",
-            "aglaea",
-            "--actor",
-            "group",
-            "--name",
-            "小明",
-        ],
+        ["--data", "D", *AS_XIAOMING, "run", "hi"],
+        ["run", "hi", "--data", "D", *AS_XIAOMING],
+        ["--data", "X", "--session", "t", "run", "hi", "--data", "D", *AS_XIAOMING],
         [
             "--data",
             "D",
@@ -165,15 +125,7 @@ def test_resume_with_nothing_to_resume_says_so(tmp_path, capsys):
 
 
 def test_chat_reads_commands_from_stdin(tmp_path, capsys):
-    out = cyrene(
-        capsys,
-        "chat",
-        "--session",
-        "c",
-        "--data",
-        str(tmp_path),
-        stdin="你好\n/persona aglaea\n你是谁\n/quit\n",
-    )
+    out = chat(capsys, tmp_path, "c", "你好\n/persona aglaea\n你是谁\n/quit\n")
     assert out.code == 0, out.err
     assert "昔涟：收到「你好」" in out.out and "阿格莱雅：收到「你是谁」" in out.out
 

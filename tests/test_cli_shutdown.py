@@ -7,6 +7,7 @@ CLI (`cyrene run`, `chat`, `resume`) in-process with real signals.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -103,6 +104,28 @@ async def test_the_async_twin_stops_at_the_boundary_and_resumes(tmp_path):
             .content.startswith("都查好了")
         )
     assert sorted(ran) == ["quick", "slow"]
+
+
+async def test_arun_turn_awaits_an_async_consumer_for_every_chunk():
+    turn = {"messages": [HumanMessage("你好", id="h")]}
+    seen: list[object] = []
+
+    async def consume(chunk) -> None:
+        await asyncio.sleep(0)
+        seen.append(chunk)
+
+    async with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(ScriptedChatModel(script=[AIMessage("好的")])), saver)
+        assert await arun_turn(graph, turn, thread("c"), stop=GracefulStop(), on_chunk=consume)
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(ScriptedChatModel(script=[AIMessage("好的")])), saver)
+        sync_seen: list[object] = []
+        assert run_turn(graph, turn, thread("c"), stop=GracefulStop(), on_chunk=sync_seen.append)
+    assert seen and [list(c) for c in seen] == [list(c) for c in sync_seen], (
+        "every update a plain callback gets, in the same order"
+    )
+    said = [m.content for c in seen for u in c.values() if u for m in u.get("messages", [])]
+    assert "好的" in said
 
 
 def test_a_second_signal_acts_as_if_no_handler_were_installed():

@@ -9,7 +9,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 import studio.demo
 from graph import build_graph, open_checkpointer
-from tests.cli_support import cyrene, one_line_error
+from tests.cli_support import chat, cyrene, one_line_error
 from tests.conftest import make_config, thread
 from tests.scripted import ScriptedChatModel
 
@@ -61,8 +61,8 @@ def test_control_characters_are_shown_escaped(tmp_path, capsys):
     data = ("--data", str(tmp_path))
     run = cyrene(capsys, "run", hostile, "--session", "s1", *data, model=model)
     history = cyrene(capsys, "history", "s1", *data)
-    chat = cyrene(capsys, "chat", "--session", "s2", *data, model=model, stdin=hostile + "\n")
-    for out in (run.out, history.out, chat.out):
+    chatted = chat(capsys, tmp_path, "s2", hostile + "\n", model=model)
+    for out in (run.out, history.out, chatted.out):
         assert not set(out) & set("\x1b\x07\u202e\u2066\x9b\r"), repr(out)
         assert "\\x1b]0;pwned\\x07\\x1b[2J看\\u202eevil\\u2066x\\x9b31m\\x0d" in out
     assert run.out.endswith("第二行\n") and "\\x0d\n第二行" in run.out, "newlines stay"
@@ -70,15 +70,8 @@ def test_control_characters_are_shown_escaped(tmp_path, capsys):
 
 
 def test_chat_refuses_an_unknown_actor_or_persona_and_goes_on(tmp_path, capsys):
-    out = cyrene(
-        capsys,
-        "chat",
-        "--session",
-        "c",
-        "--data",
-        str(tmp_path),
-        stdin="/actor root\n你好\n/persona nobody\n/persona\n/actor group\n大家好\n/quit\n",
-    )
+    typed = "/actor root\n你好\n/persona nobody\n/persona\n/actor group\n大家好\n/quit\n"
+    out = chat(capsys, tmp_path, "c", typed)
     assert out.code == 0, out.err
     lines = out.out.splitlines()
     assert (

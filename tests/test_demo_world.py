@@ -10,7 +10,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from graph.builder import build_graph
-from graph.checkpoint import open_checkpointer
+from graph.storage.checkpoint import open_checkpointer
 from nodes.env import SessionEnv
 from nodes.view.images import ImageError
 from studio.conversation import OWNER_SCRIPT, SUNSET_PNG

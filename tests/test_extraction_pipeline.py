@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,9 +23,18 @@ from graph import (
     resume_extractions,
     wait_for_extractions,
 )
-from memory import MemoryItem, MemoryStore, Scope, pipeline
-from memory.background import queue_depth, unfinished
-from memory.ledger import LEDGER_COLLECTION, Record, claimable, this_owner
+from memory import MemoryItem, MemoryStore, Scope, Source, pipeline
+from memory.background import ExtractionJob, queue_depth, unfinished
+from memory.extraction_ledger import (
+    LEDGER_COLLECTION,
+    ExtractionLedger,
+    Record,
+    SqliteExtractionLedger,
+    claimable,
+    this_owner,
+)
+from memory.pipeline import Pipeline
+from memory.protocols import ProvidesExtractionLedger
 from memory.transcript import last_human, message_text
 from tests.conftest import human, make_config, thread
 from tests.scripted import ScriptedChatModel
@@ -221,3 +231,46 @@ def test_a_backend_without_chroma_still_extracts_in_the_background(caplog):
     assert wait_for_extractions(10)
     assert [i.content for i in backend.items.values()] == ["自带的存储"]
     assert "completion only in this process" in caplog.text
+
+
+class ServerBackend(DictBackend):
+    """A third-party backend whose memories live on a server every worker reaches (a
+    shared dict and a SQLite file stand in for it): it provides its extraction ledger
+    there too, beside the memories (`memory.protocols.ProvidesExtractionLedger`)."""
+
+    def __init__(self, server: dict[str, MemoryItem], ledger: Path) -> None:
+        super().__init__()
+        self.items, self.ledger = server, ledger
+
+    def extraction_ledger(self) -> ExtractionLedger:
+        return SqliteExtractionLedger(self.ledger)
+
+
+def test_a_backend_that_provides_its_ledger_shares_it_with_every_worker(tmp_path, caplog):
+    server: dict[str, MemoryItem] = {}
+    mine, extractor = ServerBackend(server, tmp_path / "ledger.db"), Remember()
+    assert isinstance(mine, ProvidesExtractionLedger)
+    config = make_config(
+        ScriptedChatModel(script=[AIMessage("嗯")]), memory=mine, extractor=extractor
+    )
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(config, saver)
+        graph.invoke({"messages": [human("服务器上的另一件事")]}, thread("srv"))
+        [entry] = graph.get_state(thread("srv")).values["pending_extractions"]
+    assert wait_for_extractions(10)
+    # Another worker: its own backend object and its own pipeline, the same server.
+    theirs = ServerBackend(server, tmp_path / "ledger.db")
+    assert unfinished(theirs, [entry["key"]]) == set(), "done, as every worker sees"
+    job = ExtractionJob(
+        key=entry["key"],
+        extract=lambda: extractor.extract([human("服务器上的另一件事")]),
+        persona_id=None,
+        source=Source(session_id="srv"),
+        store=theirs,
+    )
+    other_worker = Pipeline()
+    assert other_worker.submit(job) and other_worker.wait(10)
+    assert job.stats.skipped == 1, "its pipeline reads the server's ledger and skips the job"
+    assert extractor.calls == ["服务器上的另一件事"], "extracted once, by the first worker"
+    assert [i.content for i in server.values()] == ["服务器上的另一件事"]
+    assert "completion only in this process" not in caplog.text

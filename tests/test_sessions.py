@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
@@ -50,6 +51,41 @@ def held_model(started: threading.Event, release: threading.Event) -> ScriptedCh
         return echo(messages)
 
     return ScriptedChatModel(script=[held] + [echo] * 40)
+
+
+class HeldTurn:
+    """A session's first turn, held inside its model call until `release`, so a test
+    can send messages mid-turn (the model answers everything after it at once)."""
+
+    def __init__(self, saver: Any = None) -> None:
+        self.started, self.release = threading.Event(), threading.Event()
+        self.model = held_model(self.started, self.release)
+        self.saver = saver
+        self.first: threading.Thread | None = None
+
+    def graph(self, **options: Any) -> Any:
+        return build_graph(make_config(self.model, **options), self.saver)
+
+    def begin(
+        self,
+        graph: Any,
+        name: str,
+        message: HumanMessage | None = None,
+        send: Callable[[HumanMessage], object] | None = None,
+    ) -> None:
+        """Send `message` (default "慢慢说", id "a") on session `name` from a thread of its
+        own (by `send`, if given); return once its turn is held in the model call."""
+        message = message or HumanMessage("慢慢说", id="a")
+        run = send or (lambda m: graph.invoke({"messages": [m]}, thread(name)))
+        self.first = threading.Thread(target=run, args=(message,))
+        self.first.start()
+        assert self.started.wait(10)
+
+    def end(self) -> None:
+        """Let the held turn finish, and wait for it."""
+        self.release.set()
+        if self.first is not None:
+            self.first.join()
 
 
 def stored_humans(graph, name: str) -> list[HumanMessage]:
@@ -166,17 +202,13 @@ def test_messages_without_ids_get_one_and_are_stored_once():
 
 def test_a_graph_without_a_saver_of_its_own_is_not_locked():
     """Studio drives runs on a graph with no saver: its own multitask handling applies."""
-    started, release = threading.Event(), threading.Event()
-    model = held_model(started, release)
-    graph = build_graph(make_config(model))
-    first = threading.Thread(
-        target=graph.invoke, args=({"messages": [HumanMessage("慢", id="a")]},)
+    held = HeldTurn()
+    graph = held.graph()
+    held.begin(
+        graph, "", HumanMessage("慢", id="a"), send=lambda m: graph.invoke({"messages": [m]})
     )
-    first.start()
-    assert started.wait(10)
     out = graph.invoke({"messages": [HumanMessage("并行", id="b")]})  # does not wait
-    release.set()
-    first.join()
+    held.end()
     assert answers(out, "b")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
@@ -26,7 +27,17 @@ from graph.runs import NothingToResumeError
 from graph.sessions import queued
 from tests.conftest import make_config, thread
 from tests.scripted import ScriptedChatModel
-from tests.test_sessions import answers, echo, held_model, stored_humans, until
+from tests.test_sessions import HeldTurn, answers, echo, stored_humans, until
+
+
+@pytest.fixture
+def held() -> Iterator[HeldTurn]:
+    """A held first turn on an in-memory saver (released at the end, whatever happened)."""
+    with open_checkpointer("memory") as saver:
+        turn = HeldTurn(saver)
+        yield turn
+        turn.end()
+
 
 # -- a burst of group messages during a turn -------------------------------------------
 
@@ -34,7 +45,7 @@ from tests.test_sessions import answers, echo, held_model, stored_humans, until
 GROUP = SessionEnv(actor="group")
 
 
-def burst(graph, model_started: threading.Event, release: threading.Event, name: str):
+def burst(graph, held: HeldTurn, name: str):
     """One turn starts; five group members write while it runs; then it finishes."""
     results: dict[str, object] = {}
 
@@ -44,9 +55,7 @@ def burst(graph, model_started: threading.Event, release: threading.Event, name:
         except Exception as exc:
             results[message.id] = exc
 
-    first = threading.Thread(target=send, args=(HumanMessage("先说一句", id="m0", name="甲"),))
-    first.start()
-    assert model_started.wait(10)
+    held.begin(graph, name, HumanMessage("先说一句", id="m0", name="甲"), send=send)
     workers = []
     for i in range(1, 6):
         worker = threading.Thread(
@@ -55,19 +64,16 @@ def burst(graph, model_started: threading.Event, release: threading.Event, name:
         worker.start()
         workers.append(worker)
         until(lambda i=i: queued(graph, name) == i)  # arrival order is the order sent
-    release.set()
-    for worker in [first, *workers]:
+    held.end()
+    for worker in workers:
         worker.join()
     return results
 
 
-def test_merge_answers_a_burst_once_with_each_speaker_kept():
-    started, release = threading.Event(), threading.Event()
-    model = held_model(started, release)
-    with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model), saver)  # merge is the default
-        results = burst(graph, started, release, "g")
-        stored = stored_humans(graph, "g")
+def test_merge_answers_a_burst_once_with_each_speaker_kept(held):
+    model, graph = held.model, held.graph()  # merge is the default
+    results = burst(graph, held, "g")
+    stored = stored_humans(graph, "g")
     assert len(model.requests) == 2, "the turn that ran, then one turn for the whole burst"
     assert [(m.id, m.name) for m in stored] == [("m0", "甲")] + [
         (f"m{i}", f"成员{i}") for i in range(1, 6)
@@ -85,13 +91,10 @@ def test_merge_answers_a_burst_once_with_each_speaker_kept():
     )
 
 
-def test_enqueue_answers_each_message_in_its_own_turn_in_arrival_order():
-    started, release = threading.Event(), threading.Event()
-    model = held_model(started, release)
-    with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model, busy_policy="enqueue"), saver)
-        results = burst(graph, started, release, "q")
-        stored = stored_humans(graph, "q")
+def test_enqueue_answers_each_message_in_its_own_turn_in_arrival_order(held):
+    model, graph = held.model, held.graph(busy_policy="enqueue")
+    results = burst(graph, held, "q")
+    stored = stored_humans(graph, "q")
     assert len(model.requests) == 6
     assert [r.messages[-1].content for r in model.requests[1:]] == [
         f"插话{i}" for i in range(1, 6)
@@ -103,47 +106,39 @@ def test_enqueue_answers_each_message_in_its_own_turn_in_arrival_order():
         assert state["messages"][-1].type == "ai", "the state right after its own turn"
 
 
-def test_only_calls_with_the_same_context_merge():
+def test_only_calls_with_the_same_context_merge(held):
     """A burst from the group and a message from the owner in between: the group's
     messages share a turn, the owner's gets one of its own, in arrival order."""
-    started, release = threading.Event(), threading.Event()
-    model = held_model(started, release)
-    with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model), saver)
-        sent = [
-            ("a", "甲", GROUP),
-            ("b", None, SessionEnv(actor="owner")),
-            ("c", "乙", GROUP),
-        ]
-        first = threading.Thread(
-            target=graph.invoke, args=({"messages": [HumanMessage("先", id="0")]}, thread("mix"))
+    model, graph = held.model, held.graph()
+    sent = [
+        ("a", "甲", GROUP),
+        ("b", None, SessionEnv(actor="owner")),
+        ("c", "乙", GROUP),
+    ]
+    held.begin(graph, "mix", HumanMessage("先", id="0"))
+    workers = []
+    for i, (message_id, name, env) in enumerate(sent, start=1):
+        message = HumanMessage(f"消息{message_id}", id=message_id, name=name)
+        worker = threading.Thread(
+            target=graph.invoke,
+            args=({"messages": [message]}, thread("mix")),
+            kwargs={"context": env},
         )
-        first.start()
-        assert started.wait(10)
-        workers = []
-        for i, (message_id, name, env) in enumerate(sent, start=1):
-            message = HumanMessage(f"消息{message_id}", id=message_id, name=name)
-            worker = threading.Thread(
-                target=graph.invoke,
-                args=({"messages": [message]}, thread("mix")),
-                kwargs={"context": env},
-            )
-            worker.start()
-            workers.append(worker)
-            until(lambda i=i: queued(graph, "mix") == i)
-        release.set()
-        for worker in [first, *workers]:
-            worker.join()
-        stored = [m.id for m in stored_humans(graph, "mix")]
+        worker.start()
+        workers.append(worker)
+        until(lambda i=i: queued(graph, "mix") == i)
+    held.end()
+    for worker in workers:
+        worker.join()
+    stored = [m.id for m in stored_humans(graph, "mix")]
     turns = [[m.content for m in r.messages if m.type == "human"][-2:] for r in model.requests[1:]]
     assert turns == [["消息a", "消息c"], ["消息c", "消息b"]], "a and c in one turn, then b"
     assert stored == ["0", "a", "c", "b"]
 
 
-def test_when_a_merged_turn_fails_the_other_callers_still_get_answers():
+def test_when_a_merged_turn_fails_the_other_callers_still_get_answers(held):
     """The caller running the merged turn gets the model's error; the turn is saved
     part-way, and a merged caller resumes it to get its own answer."""
-    started, release = threading.Event(), threading.Event()
     calls = {"n": 0}
 
     def flaky(messages) -> AIMessage:
@@ -152,11 +147,10 @@ def test_when_a_merged_turn_fails_the_other_callers_still_get_answers():
             raise RuntimeError("provider down")
         return echo(messages)
 
-    model = ScriptedChatModel(script=[held_model(started, release).script[0], flaky, flaky, echo])
-    with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model), saver)
-        results = burst(graph, started, release, "f")
-        stored = [m.id for m in stored_humans(graph, "f")]
+    model = held.model = ScriptedChatModel(script=[held.model.script[0], flaky, flaky, echo])
+    graph = held.graph()
+    results = burst(graph, held, "f")
+    stored = [m.id for m in stored_humans(graph, "f")]
     errors = [i for i, r in results.items() if isinstance(r, Exception)]
     assert errors == ["m1"], "the caller whose turn failed sees the failure"
     assert isinstance(results["m1"], RuntimeError)
@@ -166,106 +160,76 @@ def test_when_a_merged_turn_fails_the_other_callers_still_get_answers():
     assert len(model.requests) == 3, "the held turn, the failed merged turn, one resume"
 
 
-def test_reject_raises_at_once_and_stores_nothing():
-    started, release = threading.Event(), threading.Event()
-    model = held_model(started, release)
-    with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model, busy_policy="reject"), saver)
-        first = threading.Thread(
-            target=graph.invoke, args=({"messages": [HumanMessage("慢慢说", id="a")]}, thread("r"))
-        )
-        first.start()
-        assert started.wait(10)
-        began = time.monotonic()
-        with pytest.raises(SessionBusyError, match="'r' is running a turn"):
-            graph.invoke({"messages": [HumanMessage("插队", id="b")]}, thread("r"))
-        with pytest.raises(SessionBusyError):
-            graph.invoke(None, thread("r"))  # a resume takes the lock too
-        assert time.monotonic() - began < 0.5, "reject does not wait"
-        release.set()
-        first.join()
-        graph.invoke({"messages": [HumanMessage("现在说", id="c")]}, thread("r"))
-        assert [m.id for m in stored_humans(graph, "r")] == ["a", "c"]
+def test_reject_raises_at_once_and_stores_nothing(held):
+    graph = held.graph(busy_policy="reject")
+    held.begin(graph, "r")
+    began = time.monotonic()
+    with pytest.raises(SessionBusyError, match="'r' is running a turn"):
+        graph.invoke({"messages": [HumanMessage("插队", id="b")]}, thread("r"))
+    with pytest.raises(SessionBusyError):
+        graph.invoke(None, thread("r"))  # a resume takes the lock too
+    assert time.monotonic() - began < 0.5, "reject does not wait"
+    held.end()
+    graph.invoke({"messages": [HumanMessage("现在说", id="c")]}, thread("r"))
+    assert [m.id for m in stored_humans(graph, "r")] == ["a", "c"]
 
 
 @pytest.mark.parametrize("policy", ["merge", "enqueue"])
-def test_a_waiting_caller_times_out_and_its_message_is_not_stored(policy):
-    started, release = threading.Event(), threading.Event()
-    model = held_model(started, release)
-    with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model, busy_policy=policy, busy_timeout=0.2), saver)
-        first = threading.Thread(
-            target=graph.invoke, args=({"messages": [HumanMessage("慢慢说", id="a")]}, thread("w"))
-        )
-        first.start()
-        assert started.wait(10)
-        began = time.monotonic()
-        with pytest.raises(SessionWaitTimeout, match=r"waited 0\.2 s") as caught:
-            graph.invoke({"messages": [HumanMessage("等不及了", id="b")]}, thread("w"))
-        assert isinstance(caught.value, TimeoutError)
-        assert isinstance(caught.value, SessionBusyError)
-        assert 0.15 < time.monotonic() - began < 2
-        release.set()
-        first.join()
-        assert [m.id for m in stored_humans(graph, "w")] == ["a"]
-        assert len(model.requests) == 1
+def test_a_waiting_caller_times_out_and_its_message_is_not_stored(policy, held):
+    model, graph = held.model, held.graph(busy_policy=policy, busy_timeout=0.2)
+    held.begin(graph, "w")
+    began = time.monotonic()
+    with pytest.raises(SessionWaitTimeout, match=r"waited 0\.2 s") as caught:
+        graph.invoke({"messages": [HumanMessage("等不及了", id="b")]}, thread("w"))
+    assert isinstance(caught.value, TimeoutError)
+    assert isinstance(caught.value, SessionBusyError)
+    assert 0.15 < time.monotonic() - began < 2
+    held.end()
+    assert [m.id for m in stored_humans(graph, "w")] == ["a"]
+    assert len(model.requests) == 1
 
 
-def test_a_resume_waits_for_the_running_turn():
-    started, release = threading.Event(), threading.Event()
-    model = held_model(started, release)
-    with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model), saver)
-        first = threading.Thread(
-            target=graph.invoke, args=({"messages": [HumanMessage("慢慢说", id="a")]}, thread("z"))
-        )
-        first.start()
-        assert started.wait(10)
-        # Mid-turn the thread looks resumable; once the turn ends there is nothing to resume.
-        with pytest.raises(NothingToResumeError):
-            threading.Timer(0.2, release.set).start()
-            graph.invoke(None, thread("z"))
-        first.join()
+def test_a_resume_waits_for_the_running_turn(held):
+    model, graph = held.model, held.graph()
+    held.begin(graph, "z")
+    # Mid-turn the thread looks resumable; once the turn ends there is nothing to resume.
+    with pytest.raises(NothingToResumeError):
+        threading.Timer(0.2, held.release.set).start()
+        graph.invoke(None, thread("z"))
+    held.end()
     assert len(model.requests) == 1
 
 
 # -- what a merged caller's stream yields --------------------------------------------------
 
 
-def test_a_merged_callers_stream_yields_the_final_state_once():
-    started, release = threading.Event(), threading.Event()
-    model = held_model(started, release)
-    with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model), saver)
-        first = threading.Thread(
-            target=graph.invoke, args=({"messages": [HumanMessage("慢慢说", id="a")]}, thread("s"))
-        )
-        first.start()
-        assert started.wait(10)
-        chunks: dict[str, list] = {}
+def test_a_merged_callers_stream_yields_the_final_state_once(held):
+    model, graph = held.model, held.graph()
+    held.begin(graph, "s")
+    chunks: dict[str, list] = {}
 
-        def stream(mode, message_id: str) -> None:
-            chunks[message_id] = list(
-                graph.stream(
-                    {"messages": [HumanMessage("插话", id=message_id)]},
-                    thread("s"),
-                    stream_mode=mode,
-                )
+    def stream(mode, message_id: str) -> None:
+        chunks[message_id] = list(
+            graph.stream(
+                {"messages": [HumanMessage("插话", id=message_id)]},
+                thread("s"),
+                stream_mode=mode,
             )
+        )
 
-        leader = threading.Thread(target=stream, args=("values", "b"))
-        leader.start()
-        until(lambda: queued(graph, "s") == 1)
-        merged = [
-            threading.Thread(target=stream, args=(mode, f"c-{i}"))
-            for i, mode in enumerate(["values", "messages", ["updates", "values"]])
-        ]
-        for worker in merged:
-            worker.start()
-        until(lambda: queued(graph, "s") == 4)
-        release.set()
-        for worker in [first, leader, *merged]:
-            worker.join()
+    leader = threading.Thread(target=stream, args=("values", "b"))
+    leader.start()
+    until(lambda: queued(graph, "s") == 1)
+    merged = [
+        threading.Thread(target=stream, args=(mode, f"c-{i}"))
+        for i, mode in enumerate(["values", "messages", ["updates", "values"]])
+    ]
+    for worker in merged:
+        worker.start()
+    until(lambda: queued(graph, "s") == 4)
+    held.end()
+    for worker in [leader, *merged]:
+        worker.join()
     assert len(model.requests) == 2
     assert len(chunks["b"]) > 1, "the caller that runs the turn streams it"
     [final] = chunks["c-0"]

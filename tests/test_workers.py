@@ -232,12 +232,12 @@ OPEN_AT_ONCE = """
 import asyncio, sys, time
 from pathlib import Path
 from graph import open_checkpointer
-from graph.sessions import ledger_for
+from graph.sessions import inbox_for
 url, folder, mode = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 
 async def aopen():
     async with open_checkpointer(url) as saver:
-        ledger_for(saver)
+        inbox_for(saver)
 
 (folder / f"ready-{mode}").touch()
 while not (folder / "go").exists():
@@ -246,7 +246,7 @@ if mode.startswith("async"):
     asyncio.run(aopen())
 else:
     with open_checkpointer(url) as saver:
-        ledger_for(saver)
+        inbox_for(saver)
 """
 
 

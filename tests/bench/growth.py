@@ -44,7 +44,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from graph import LoopConfig, Persona, build_graph, open_checkpointer, prune_checkpoints
-from graph.retention import DEFAULT_KEEP
+from graph.storage.retention import DEFAULT_KEEP
 from studio.offline_model import OfflineChatModel
 
 MARKS = (100, 1_000, 3_000)

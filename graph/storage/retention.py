@@ -31,7 +31,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 
-from graph.retention_tables import CheckpointTables, Deleted, NewRoot, checkpoint_tables
+from graph.storage.retention_tables import CheckpointTables, Deleted, NewRoot, checkpoint_tables
 from nodes.compat import DeltaChannel, delta_channels_replayed, delta_snapshots
 from nodes.state import LoopState
 

@@ -1,6 +1,6 @@
-"""The session ledger's two databases: SQLite (a lock row) and Postgres (advisory locks).
+"""The session inbox's two databases: SQLite (a lock row) and Postgres (advisory locks).
 
-Both keep the inbox table of `graph.session_sql`; they differ in how a
+Both keep the inbox table of `graph.sessions.sql`; they differ in how a
 session's turn is locked and how writers of its rows are kept apart.
 """
 
@@ -17,12 +17,12 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from graph.session_ledger import WAITING
-from graph.session_sql import INBOX, LEASE, SqlLedger, log
+from graph.sessions.inbox import WAITING
+from graph.sessions.sql import INBOX, LEASE, SqlInbox, log
 
 
-class SqliteLedger(SqlLedger):
-    """The ledger in the SQLite checkpoint file: a lock row per busy session."""
+class SqliteInbox(SqlInbox):
+    """The inbox in the SQLite checkpoint file: a lock row per busy session."""
 
     def __init__(self, path: Path, serde: SerializerProtocol) -> None:
         self.path = path
@@ -58,10 +58,11 @@ class SqliteLedger(SqlLedger):
 
     def _lock(self, thread_id: str, ticket: str) -> bool:
         holder = self._run(
-            "SELECT host, pid, expires FROM cyrene_session_locks WHERE thread_id = ?", (thread_id,)
+            "SELECT ticket, host, pid, expires FROM cyrene_session_locks WHERE thread_id = ?",
+            (thread_id,),
         )
         # A row of this process for a session it does not hold is left from a failed release.
-        if holder and not self._is_me(*holder[0][:2]) and self._alive(*holder[0]):
+        if holder and not self._is_me(*holder[0][:3]) and self._alive(*holder[0]):
             return False
         self._run(
             "INSERT OR REPLACE INTO cyrene_session_locks (thread_id, ticket, host, pid, expires)"
@@ -104,8 +105,8 @@ class SqliteLedger(SqlLedger):
         )
 
 
-class PostgresLedger(SqlLedger):
-    """The ledger in the Postgres checkpoint database: advisory locks on one
+class PostgresInbox(SqlInbox):
+    """The inbox in the Postgres checkpoint database: advisory locks on one
     connection of this process, which the server releases if the process dies."""
 
     placeholder = "%s"

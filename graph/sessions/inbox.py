@@ -1,6 +1,6 @@
-"""The ledger behind the session lock: who holds a session's turn, and who waits for it.
+"""The inbox behind the session lock: who holds a session's turn, and who waits for it.
 
-Every call on a session enters the ledger as an `Entry` (its messages, already
+Every call on a session enters the inbox as an `Entry` (its messages, already
 carrying ids). The rules are the same for every backend:
 
 - one holder per session (thread id) at a time;
@@ -14,8 +14,8 @@ carrying ids). The rules are the same for every backend:
 - an entry whose caller is gone (it left, or its process died) is dropped,
   never stored.
 
-`MemoryLedger` keeps all of this in the process; `graph.session_sql` keeps it
-in the checkpoint database, so processes sharing a saver share the ledger.
+`ProcessInbox` keeps all of this in the process; `graph.sessions.sql` keeps it
+in the checkpoint database, so processes sharing a saver share the inbox.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import asyncio
 import itertools
 import os
 import threading
-import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import suppress
@@ -33,16 +32,20 @@ from functools import cached_property, partial
 
 from langchain_core.messages import BaseMessage
 
+from memory.lease import LIFE
+
 WAITING, TAKEN, DONE, LEFT = "waiting", "taken", "done", "left"
 """Entry states: waiting for a turn; in a turn; answered by a turn; its caller left mid-turn."""
 
-_PROCESS_TAG = uuid.uuid4().hex[:12]
 _TICKETS = itertools.count()
 
 
 def new_ticket() -> str:
-    """A ticket no other call of any process shares (a uuid4 per call costs ~8 µs here)."""
-    return f"{_PROCESS_TAG}-{os.getpid()}-{next(_TICKETS)}"
+    """A ticket no other call of any process shares (a uuid4 per call costs ~8 µs here).
+
+    It starts with this process's life token (`memory.lease.LIFE`): a row's
+    holder is told from an earlier process that had the same pid by it."""
+    return f"{LIFE}-{os.getpid()}-{next(_TICKETS)}"
 
 
 class PlaceLost(RuntimeError):
@@ -67,7 +70,7 @@ class Entry:
 
 @dataclass
 class Claim:
-    """A session's turn, held by the caller of `entry` until `Ledger.release`."""
+    """A session's turn, held by the caller of `entry` until `SessionInbox.release`."""
 
     entry: Entry
     merged: list[Entry] = field(default_factory=list)
@@ -168,7 +171,7 @@ class Doorbell:
             ring()
 
 
-class Ledger(ABC):
+class SessionInbox(ABC):
     """The operations the session gate needs; see the module docstring for the rules."""
 
     blocking = False
@@ -206,8 +209,8 @@ class Ledger(ABC):
         """How many calls wait for the session's next turn."""
 
 
-class MemoryLedger(Ledger):
-    """The ledger of one process: for the in-memory saver and savers without a URL."""
+class ProcessInbox(SessionInbox):
+    """The inbox of one process: for the in-memory saver and savers without a URL."""
 
     def __init__(self) -> None:
         super().__init__()

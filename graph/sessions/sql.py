@@ -1,6 +1,6 @@
-"""The session ledger in the checkpoint database, shared by every process using it.
+"""The session inbox in the checkpoint database, shared by every process using it.
 
-(`graph.session_databases` holds the SQLite and Postgres specifics.)
+(`graph.sessions.databases` holds the SQLite and Postgres specifics.)
 
 Two tables sit next to LangGraph's own: an inbox of calls waiting for (or in)
 a session's turn, whose messages are stored with the saver's serializer so a
@@ -10,9 +10,11 @@ SQLite, one lock row per busy session. Postgres locks with
 drops a dead process's locks by itself. No lock server of our own.
 
 A SIGKILLed process must not block a session forever: each row names its
-process (host, pid) and carries a lease its process renews on a heartbeat
-thread. A row counts as dead once its lease runs out, or at once when its
-pid is gone on this host.
+process (host, pid, and the life token its ticket starts with) and carries a
+lease its process renews on a heartbeat thread. A row counts as dead when its
+holder no longer holds the lease (`memory.lease.holder_alive`: the lease ran
+out, or its pid is gone or a zombie on this host, or it is an earlier life of
+this process's pid).
 """
 
 from __future__ import annotations
@@ -26,12 +28,11 @@ import weakref
 from abc import abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from pathlib import Path
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from graph.session_ledger import (
+from graph.sessions.inbox import (
     DONE,
     LEFT,
     TAKEN,
@@ -39,11 +40,12 @@ from graph.session_ledger import (
     Answered,
     Claim,
     Entry,
-    Ledger,
     PlaceLost,
     Row,
+    SessionInbox,
     next_turn,
 )
+from memory.lease import Holder, holder_alive
 
 log = logging.getLogger("cyrene.sessions")
 
@@ -53,22 +55,12 @@ INBOX = "cyrene_session_inbox"
 COLUMNS = "ticket, grp, status, host, pid, expires, checkpoint_id"
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether `pid` runs on this host (a zombie, killed but not yet reaped, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+def holder_of(ticket: str, host: str, pid: int) -> Holder:
+    """The process that wrote a row: its host and pid, and the life token its tickets start with."""
+    return Holder(host, pid, ticket.partition("-")[0])
 
 
-class SqlLedger(Ledger):
+class SqlInbox(SessionInbox):
     """The shared logic; subclasses say how to connect and how a session is locked."""
 
     blocking = True
@@ -135,15 +127,13 @@ class SqlLedger(Ledger):
         cursor = self._conn.execute(sql, params)
         return list(cursor.fetchall()) if cursor.description else []
 
-    def _is_me(self, host: str, pid: int) -> bool:
-        return host == self.host and pid == os.getpid()
+    @staticmethod
+    def _is_me(ticket: str, host: str, pid: int) -> bool:
+        return holder_of(ticket, host, pid) == Holder.this_process()
 
-    def _alive(self, host: str, pid: int, expires: float) -> bool:
-        if self._is_me(host, pid):
-            return True
-        if expires < time.time():
-            return False
-        return host != self.host or pid_alive(pid)
+    @staticmethod
+    def _alive(ticket: str, host: str, pid: int, expires: float) -> bool:
+        return holder_alive(holder_of(ticket, host, pid), expires)
 
     def _rows(self, thread_id: str) -> list[tuple]:
         return self._run(
@@ -155,9 +145,9 @@ class SqlLedger(Ledger):
         rows: list[tuple] = []
         dead: list[tuple] = []
         for row in self._rows(thread_id):
-            _, _, status, host, pid, expires, _ = row
+            ticket, _, status, host, pid, expires, _ = row
             gone = status == LEFT and thread_id not in self._held
-            (dead if gone or not self._alive(host, pid, expires) else rows).append(row)
+            (dead if gone or not self._alive(ticket, host, pid, expires) else rows).append(row)
         if dead:
             marks = ",".join("?" * len(dead))
             self._run(f"DELETE FROM {INBOX} WHERE ticket IN ({marks})", [r[0] for r in dead])
@@ -186,7 +176,7 @@ class SqlLedger(Ledger):
         self._run(f"DELETE FROM {INBOX} WHERE ticket = ?", (ticket,))
         self._mine.discard(ticket)
 
-    # -- the ledger -----------------------------------------------------------------------
+    # -- the inbox -----------------------------------------------------------------------
     def _acquire(self, thread_id: str, ticket: str) -> bool:
         if not self._lock(thread_id, ticket):
             return False
@@ -253,7 +243,7 @@ class SqlLedger(Ledger):
                 return self._take(entry, tickets, rows)
 
     def _as_rows(self, rows: list[tuple]) -> list[Row]:
-        return [Row(r[0], r[1], r[2], self._alive(r[3], r[4], r[5])) for r in rows]
+        return [Row(r[0], r[1], r[2], self._alive(r[0], *r[3:6])) for r in rows]
 
     def _take(self, entry: Entry, tickets: list[str], rows: list[tuple]) -> Claim:
         recovering = next(r[2] for r in rows if r[0] == entry.ticket) == TAKEN
@@ -345,20 +335,20 @@ class SqlLedger(Ledger):
 
 
 def _close(connections: list[Any]) -> None:
-    """Close a dropped ledger's connections (Postgres releases its advisory locks)."""
+    """Close a dropped inbox's connections (Postgres releases its advisory locks)."""
     for conn in connections:
         with suppress(Exception):
             conn.close()
 
 
-def _heartbeat(ledger_ref: weakref.ref[SqlLedger]) -> None:
+def _heartbeat(inbox_ref: weakref.ref[SqlInbox]) -> None:
     while True:
         time.sleep(LEASE / 4)
-        ledger = ledger_ref()
-        if ledger is None:
+        inbox = inbox_ref()
+        if inbox is None:
             return
         try:
-            ledger.renew()
+            inbox.renew()
         except Exception:
             log.exception("session lease renewal failed; retrying")
-        del ledger
+        del inbox

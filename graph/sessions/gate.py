@@ -37,8 +37,8 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from graph.checkpoint import POSTGRES_PREFIXES, SQLITE_PREFIX, saver_url
-from graph.session_ledger import Answered, Claim, Entry, Ledger, MemoryLedger, PlaceLost, Ring
+from graph.sessions.inbox import Answered, Claim, Entry, PlaceLost, ProcessInbox, Ring, SessionInbox
+from graph.storage.checkpoint import POSTGRES_PREFIXES, SQLITE_PREFIX, saver_url
 from nodes.config import BusyPolicy
 from nodes.env import SessionEnv
 from nodes.run_config import configurable, thread_id
@@ -54,41 +54,41 @@ class SessionWaitTimeout(SessionBusyError, TimeoutError):
     """A call waited `busy_timeout` seconds for its session; its message was not stored."""
 
 
-# -- which ledger a saver's sessions use -------------------------------------------------
+# -- which inbox a saver's sessions use -------------------------------------------------
 
-_BY_SAVER: WeakKeyDictionary[BaseCheckpointSaver, Ledger] = WeakKeyDictionary()
-_BY_PLACE: WeakValueDictionary[str, Ledger] = WeakValueDictionary()
+_BY_SAVER: WeakKeyDictionary[BaseCheckpointSaver, SessionInbox] = WeakKeyDictionary()
+_BY_PLACE: WeakValueDictionary[str, SessionInbox] = WeakValueDictionary()
 _REGISTRY = threading.Lock()
 
 
-def ledger_for(saver: BaseCheckpointSaver) -> Ledger:
-    """The ledger of the database `saver` writes to; one per database and process."""
+def inbox_for(saver: BaseCheckpointSaver) -> SessionInbox:
+    """The inbox of the database `saver` writes to; one per database and process."""
     with _REGISTRY:
-        if (ledger := _BY_SAVER.get(saver)) is None:
-            ledger = _BY_SAVER[saver] = _open_ledger(saver)
-        return ledger
+        if (inbox := _BY_SAVER.get(saver)) is None:
+            inbox = _BY_SAVER[saver] = _open_inbox(saver)
+        return inbox
 
 
-def _open_ledger(saver: BaseCheckpointSaver) -> Ledger:
-    """A database ledger for savers `open_checkpointer` made; an in-process one otherwise."""
+def _open_inbox(saver: BaseCheckpointSaver) -> SessionInbox:
+    """A database inbox for savers `open_checkpointer` made; an in-process one otherwise."""
     url = saver_url(saver) or ""
     if url.startswith(SQLITE_PREFIX):
         place = "sqlite:" + str(Path(url[len(SQLITE_PREFIX) :]).resolve())
     elif url.startswith(POSTGRES_PREFIXES):
         place = url
     else:
-        return MemoryLedger()
-    if (ledger := _BY_PLACE.get(place)) is None:
-        ledger = _BY_PLACE[place] = _database_ledger(place, saver)
-    return ledger
+        return ProcessInbox()
+    if (inbox := _BY_PLACE.get(place)) is None:
+        inbox = _BY_PLACE[place] = _database_inbox(place, saver)
+    return inbox
 
 
-def _database_ledger(place: str, saver: BaseCheckpointSaver) -> Ledger:
-    from graph.session_databases import PostgresLedger, SqliteLedger
+def _database_inbox(place: str, saver: BaseCheckpointSaver) -> SessionInbox:
+    from graph.sessions.databases import PostgresInbox, SqliteInbox
 
     if place.startswith("sqlite:"):
-        return SqliteLedger(Path(place.removeprefix("sqlite:")), saver.serde)
-    return PostgresLedger(place, saver.serde)
+        return SqliteInbox(Path(place.removeprefix("sqlite:")), saver.serde)
+    return PostgresInbox(place, saver.serde)
 
 
 def queued(graph: Any, thread_id: str) -> int:
@@ -96,7 +96,7 @@ def queued(graph: Any, thread_id: str) -> int:
     saver = getattr(graph, "checkpointer", None)
     if not isinstance(saver, BaseCheckpointSaver):
         return 0
-    return ledger_for(saver).queued(thread_id)
+    return inbox_for(saver).queued(thread_id)
 
 
 # -- admission ------------------------------------------------------------------------------
@@ -134,7 +134,7 @@ def group_of(input: Any, context: Any, config: RunnableConfig | None) -> str | N
 
 
 def entry_for(thread_id: str, input: Any, context: Any, config: RunnableConfig | None) -> Entry:
-    """The call's entry in the ledger; its group is worked out only if it has to wait."""
+    """The call's entry in the inbox; its group is worked out only if it has to wait."""
     messages = input.get("messages", []) if isinstance(input, dict) else []
     return Entry(
         thread_id,
@@ -158,7 +158,7 @@ def merged_input(claim: Claim, input: dict) -> dict:
 
 @dataclass
 class _Call:
-    """A ledger operation: run in place, or on a thread when the ledger's database blocks."""
+    """An inbox operation: run in place, or on a thread when the inbox's database blocks."""
 
     fn: Callable[..., Any]
     args: tuple = ()
@@ -194,14 +194,14 @@ Step = _Call | _Pause
 class SessionGate:
     """A call's way through one session's lock, under one policy."""
 
-    ledger: Ledger
+    inbox: SessionInbox
     policy: BusyPolicy
     timeout: float
 
     def _steps(self, entry: Entry) -> Generator[Step, Any, Claim | Answered]:
         """The waiting, as steps the sync and async drivers below carry out."""
         merge, queue = self.policy == "merge", self.policy != "reject"
-        outcome = yield _Call(self.ledger.enter, (entry,), {"merge": merge, "queue": queue})
+        outcome = yield _Call(self.inbox.enter, (entry,), {"merge": merge, "queue": queue})
         if outcome is None and not queue:
             raise SessionBusyError(
                 f"session {entry.thread_id!r} is running a turn (busy_policy='reject'); "
@@ -209,19 +209,19 @@ class SessionGate:
             )
         deadline = time.monotonic() + self.timeout
         while outcome is None:
-            ring = self.ledger.bell.arm(entry.thread_id)
+            ring = self.inbox.bell.arm(entry.thread_id)
             try:
-                outcome = yield _Call(self.ledger.poll, (entry,), {"merge": merge})
+                outcome = yield _Call(self.inbox.poll, (entry,), {"merge": merge})
                 left = deadline - time.monotonic()
-                if outcome is None and left <= 0 and (yield _Call(self.ledger.withdraw, (entry,))):
+                if outcome is None and left <= 0 and (yield _Call(self.inbox.withdraw, (entry,))):
                     raise SessionWaitTimeout(
                         f"session {entry.thread_id!r}: waited {self.timeout:g} s for the running "
                         "turn to end; the message was not stored"
                     )
                 if outcome is None:
-                    yield _Pause(ring, min(self.ledger.poll_every, max(left, 0.001)))
+                    yield _Pause(ring, min(self.inbox.poll_every, max(left, 0.001)))
             finally:
-                self.ledger.bell.disarm(entry.thread_id, ring)
+                self.inbox.bell.disarm(entry.thread_id, ring)
         return outcome
 
     def wait_turn(self, entry: Entry) -> Claim | Answered:
@@ -241,7 +241,7 @@ class SessionGate:
         steps, result = self._steps(entry), None
         try:
             while True:
-                result = await steps.send(result).arun(self.ledger.blocking)
+                result = await steps.send(result).arun(self.inbox.blocking)
         except StopIteration as done:
             return done.value
         except BaseException as exc:
@@ -252,7 +252,7 @@ class SessionGate:
         """The call stops waiting (timed out, cancelled, failed): it leaves no entry behind."""
         if not isinstance(exc, SessionBusyError):
             try:
-                self.ledger.leave(entry)
+                self.inbox.leave(entry)
             except Exception:
                 log.exception("session %r: could not drop a call that gave up", entry.thread_id)
         if isinstance(exc, PlaceLost):
@@ -260,10 +260,10 @@ class SessionGate:
         raise exc
 
     def release(self, claim: Claim, checkpoint_id: str | None) -> None:
-        self.ledger.release(claim, checkpoint_id)
+        self.inbox.release(claim, checkpoint_id)
 
     async def arelease(self, claim: Claim, checkpoint_id: str | None) -> None:
-        await _Call(self.ledger.release, (claim, checkpoint_id)).arun(self.ledger.blocking)
+        await _Call(self.inbox.release, (claim, checkpoint_id)).arun(self.inbox.blocking)
 
 
 # -- what a call answered by another caller's turn yields -----------------------------------

@@ -3,26 +3,30 @@
 A turn's pending extraction is recorded in its session's checkpoint; this
 ledger is the other half of "exactly once". It lives where the memories do,
 so a process that can write a memory can also say that the extraction behind
-it is done, and every process sharing the store sees it:
+it is done, and every process sharing the store sees it. A memory backend
+provides it (`extraction_ledger()`, `memory.protocols.ProvidesExtractionLedger`);
+`MemoryStore` gives
 
-- an embedded store: a SQLite file in the store's folder (one process holds
+- for an embedded store, a SQLite file in the store's folder (one process holds
   the folder, so one process writes it). An embedded Chroma write holds the
   interpreter for its whole run, fsync included (5-25 ms a call here), and
   the ledger is written every cycle; Python's sqlite3 lets go of it;
-- a Chroma server: a small collection on the server, shared by every worker.
-  It has no `bucket` in its metadata, so the store's reads and migration
-  never take it for memories;
-- any other memory backend: this process only (logged once), since there is
-  nowhere shared to keep it.
+- for a Chroma server, a small collection on the server, shared by every
+  worker. It has no `bucket` in its metadata, so the store's reads and
+  migration never take it for memories.
+
+A backend that provides none gets a ledger of this process only (logged once
+per backend type), since there is nowhere shared to keep it.
 
 One record per extraction key:
 - `running` — claimed by `owner` until `until` (wall clock); `attempts` counts claims;
 - `done` — its memories are stored: never run again;
 - `lost` — it failed `attempts` times: never run again (the loss was logged and counted).
 
-A claim by another process is honoured until it expires, unless its owner
-is visibly gone: a process on this host whose pid no longer runs, or an
-earlier life of this very pid. So a worker killed mid-extraction hands its
+A claim by another process is honoured while its owner holds the lease
+(`memory.lease.holder_alive`: until it expires, unless the owner is visibly
+gone: a process on this host whose pid no longer runs or is a zombie, or an
+earlier life of this very pid). So a worker killed mid-extraction hands its
 work on at once to a restart on the same machine, and after the lease on
 another.
 """
@@ -30,16 +34,15 @@ another.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import sqlite3
 import threading
-import uuid
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
+
+from memory.lease import Holder, holder_alive
 
 log = logging.getLogger("cyrene.memory")
 
@@ -61,7 +64,7 @@ class Record:
     until: float = 0.0
 
 
-class Ledger(Protocol):
+class ExtractionLedger(Protocol):
     """Batch reads and writes of extraction records (one call each, whatever the batch)."""
 
     def read(self, keys: list[str]) -> dict[str, Record]:
@@ -73,7 +76,7 @@ class Ledger(Protocol):
         ...
 
 
-class SqliteLedger:
+class SqliteExtractionLedger:
     """The ledger of an embedded store: a SQLite file next to Chroma's own."""
 
     def __init__(self, path: Path) -> None:
@@ -107,7 +110,7 @@ class SqliteLedger:
             )
 
 
-class ChromaLedger:
+class ChromaExtractionLedger:
     """The ledger as a collection on the memory store's Chroma server."""
 
     def __init__(self, client: Any) -> None:
@@ -148,8 +151,8 @@ class ChromaLedger:
         )
 
 
-class LocalLedger:
-    """For a memory backend without a Chroma client: this process only, gone on exit."""
+class ProcessExtractionLedger:
+    """For a memory backend that provides no ledger: this process only, gone on exit."""
 
     def __init__(self) -> None:
         self._records: dict[str, Record] = {}
@@ -164,12 +167,13 @@ class LocalLedger:
             self._records.update(records)
 
 
-_LEDGERS: weakref.WeakKeyDictionary[Any, Ledger] = weakref.WeakKeyDictionary()
+_LEDGERS: weakref.WeakKeyDictionary[Any, ExtractionLedger] = weakref.WeakKeyDictionary()
 _LEDGERS_LOCK = threading.Lock()
+_WARNED: set[type] = set()
 
 
-def ledger_for(store: Any) -> Ledger:
-    """The ledger that goes with a memory store (one per store object)."""
+def extraction_ledger_for(store: Any) -> ExtractionLedger:
+    """The ledger that goes with a memory backend (asked for once per backend object)."""
     with _LEDGERS_LOCK:
         ledger = _LEDGERS.get(store)
         if ledger is None:
@@ -177,54 +181,31 @@ def ledger_for(store: Any) -> Ledger:
         return ledger
 
 
-def _new_ledger(store: Any) -> Ledger:
-    client: Any = getattr(store, "client", None)
-    get_settings = getattr(client, "get_settings", None)
-    settings = get_settings() if callable(get_settings) else None
-    if settings is not None and settings.is_persistent and settings.persist_directory:
-        return SqliteLedger(Path(settings.persist_directory) / LEDGER_FILE)
-    if callable(getattr(client, "get_or_create_collection", None)):
-        return ChromaLedger(client)
-    log.warning(
-        "memory backend %s has no Chroma client: pending extractions are recorded in "
-        "checkpoints, but their completion only in this process",
-        type(store).__name__,
-    )
-    return LocalLedger()
-
-
-# -- owners ----------------------------------------------------------------
-_TOKEN = uuid.uuid4().hex[:12]
+def _new_ledger(store: Any) -> ExtractionLedger:
+    provide = getattr(store, "extraction_ledger", None)
+    if callable(provide):
+        return provide()
+    if type(store) not in _WARNED:
+        _WARNED.add(type(store))
+        log.warning(
+            "memory backend %s provides no extraction_ledger(): pending extractions are "
+            "recorded in checkpoints, but their completion only in this process",
+            type(store).__name__,
+        )
+    return ProcessExtractionLedger()
 
 
 def this_owner() -> str:
-    """`host/pid/token` of this process (the pid is read now, so a fork is a new owner)."""
-    return f"{socket.gethostname()}/{os.getpid()}/{_TOKEN}"
-
-
-def owner_gone(owner: str) -> bool:
-    """Whether a claim's owner visibly no longer runs (on another host nobody can tell)."""
-    host, _, rest = owner.partition("/")
-    pid_text, _, token = rest.partition("/")
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return token != _TOKEN  # an earlier process that had our pid
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False  # alive, someone else's
-    return False
+    """This process as a claim's owner, `host/pid/life` (a fork is a new owner)."""
+    return str(Holder.this_process())
 
 
 def claimable(record: Record | None, now: float) -> bool:
     """A record this process may claim: none yet, or a claim that is ours (a retry; the
-    process holds each key once), whose lease ran out, or whose owner is gone."""
+    process holds each key once), or whose owner no longer holds its lease."""
     if record is None:
         return True
     if record.state != "running":
         return False
-    return record.owner == this_owner() or record.until <= now or owner_gone(record.owner)
+    owner = record.owner
+    return owner == this_owner() or not holder_alive(Holder.parse(owner), record.until, now)

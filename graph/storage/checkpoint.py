@@ -24,7 +24,6 @@ from contextlib import (
     contextmanager,
 )
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -106,12 +105,7 @@ class open_checkpointer(AbstractContextManager, AbstractAsyncContextManager):
         _URLS[saver] = self.url
         return saver
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         if self._stack is not None:
             self._stack.close()
 
@@ -134,12 +128,7 @@ class open_checkpointer(AbstractContextManager, AbstractAsyncContextManager):
         _URLS[saver] = self.url
         return saver
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         if self._astack is not None:
             await self._astack.aclose()
 

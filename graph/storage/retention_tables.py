@@ -23,6 +23,12 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from nodes.compat import DeltaSnapshot
 
+NEWEST = (
+    "SELECT checkpoint_id, parent_checkpoint_id FROM checkpoints WHERE thread_id = {mark}"
+    " AND checkpoint_ns = {mark} ORDER BY checkpoint_id DESC LIMIT {mark}"
+)
+"""`CheckpointTables.newest` in either database, with its parameter mark filled in."""
+
 
 @dataclass(frozen=True)
 class NewRoot:
@@ -106,11 +112,7 @@ class SqliteTables:
 
     def newest(self, thread_id: str, ns: str, limit: int) -> list[tuple[str, str | None]]:
         with self._transaction() as cur:
-            cur.execute(
-                "SELECT checkpoint_id, parent_checkpoint_id FROM checkpoints "
-                "WHERE thread_id = ? AND checkpoint_ns = ? ORDER BY checkpoint_id DESC LIMIT ?",
-                (thread_id, ns, limit),
-            )
+            cur.execute(NEWEST.format(mark="?"), (thread_id, ns, limit))
             return [tuple(row) for row in cur.fetchall()]
 
     def prune(self, thread_id: str, ns: str, cutoff: str, roots: Sequence[NewRoot]) -> Deleted:
@@ -187,11 +189,7 @@ class PostgresTables:
 
     def newest(self, thread_id: str, ns: str, limit: int) -> list[tuple[str, str | None]]:
         with self._cursor() as cur:
-            cur.execute(
-                "SELECT checkpoint_id, parent_checkpoint_id FROM checkpoints "
-                "WHERE thread_id = %s AND checkpoint_ns = %s ORDER BY checkpoint_id DESC LIMIT %s",
-                (thread_id, ns, limit),
-            )
+            cur.execute(NEWEST.format(mark="%s"), (thread_id, ns, limit))
             return list(cur.fetchall())
 
     def prune(self, thread_id: str, ns: str, cutoff: str, roots: Sequence[NewRoot]) -> Deleted:
