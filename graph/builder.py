@@ -27,6 +27,7 @@ from langgraph.store.base import BaseStore
 from langgraph.types import Send
 
 from graph.runs import CyreneGraph
+from graph.storage.archive import archive_for
 from nodes.compact import make_compact
 from nodes.compat import RunnableCallable, reclass_compiled
 from nodes.config import LoopConfig
@@ -139,7 +140,7 @@ def build_graph(
         ...                  {"configurable": {"thread_id": "s1"}},
         ...                  context=SessionEnv(actor="owner"))
     """
-    loop = Loop.from_config(config)
+    loop = Loop.from_config(config, archives=archive_for)
     sequential = config.tool_execution == "sequential"
     graph: StateGraph[Any, SessionEnv, Any, Any] = StateGraph(
         LoopState, context_schema=SessionEnv, input_schema=TurnInput
@@ -158,7 +159,8 @@ def build_graph(
     # Stages that are off are skipped rather than run as no-ops: every
     # superstep costs a checkpoint write. All nodes stay in the drawn graph.
     view_stage = ASSEMBLE if config.model_view_step else CALL
-    round_start = COMPACT if config.max_context_tokens > 0 else view_stage
+    compacting = config.max_context_tokens != 0 and config.model_view_step
+    round_start = COMPACT if compacting else view_stage
     turn_start = VISION if config.vision is not None else round_start
     after_extract = FINISH if config.on_turn_end is not None else END
     extracting = config.extractor is not None and config.memory is not None

@@ -10,12 +10,13 @@ work while a turn is in flight. Everything else is LangGraph's.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
@@ -33,10 +34,12 @@ from graph.sessions.gate import (
     with_ids,
 )
 from graph.sessions.inbox import Answered, Claim
+from graph.storage.archive import archive_for, whole_transcript
 from memory.background import TURNS
 from nodes.boundary import admit, admit_state_update
-from nodes.compat import CONFIG_KEY_DURABILITY
+from nodes.compat import CONFIG_KEY_DURABILITY, checkpointer_of
 from nodes.config import BusyPolicy
+from nodes.protocols import TranscriptArchive
 from nodes.run_config import configurable, thread_id
 from nodes.view.images import MAX_IMAGE_BYTES
 
@@ -258,6 +261,35 @@ class CyreneGraph(CompiledStateGraph):
     def _admit(self, input: Any, config: RunnableConfig | None, kwargs: dict) -> tuple[Any, Any]:
         return admit(input, config, kwargs.get("context"), max_image_bytes=self.max_image_bytes)
 
+    # -- the whole transcript ---------------------------------------------------------------
+    def transcript(
+        self, config: RunnableConfig, start: int = 0, stop: int | None = None
+    ) -> list[BaseMessage]:
+        """Messages [start, stop) of the session's whole transcript, oldest first.
+
+        `get_state(config).values["messages"]` is the live window a long session
+        keeps; the messages compaction moved out of it are in the transcript
+        archive beside the checkpoints. This reads both, a page at a time:
+        `transcript(config, 0, 100)`, then `(config, 100, 200)`, … Positions count
+        from the session's first message, whatever was archived since.
+        """
+        values = self.get_state(config).values
+        return whole_transcript(self._archive(config), _thread_key(config), values, start, stop)
+
+    async def atranscript(
+        self, config: RunnableConfig, start: int = 0, stop: int | None = None
+    ) -> list[BaseMessage]:
+        """`transcript`, awaited (the archive is read on a worker thread)."""
+        values = (await self.aget_state(config)).values
+        where = _thread_key(config)
+        return await asyncio.to_thread(
+            whole_transcript, self._archive(config), where, values, start, stop
+        )
+
+    def _archive(self, config: RunnableConfig) -> TranscriptArchive | None:
+        saver = self.checkpointer if self._saves_itself else checkpointer_of(config)
+        return archive_for(saver) if isinstance(saver, BaseCheckpointSaver) else None
+
     # -- state edits from outside a turn ---------------------------------------------------
     def bulk_update_state(
         self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]
@@ -308,6 +340,10 @@ class CyreneGraph(CompiledStateGraph):
                 steps.answer(await step.aget(*step.args) if isinstance(step, _Ask) else None)
             except BaseException as exc:
                 steps.fail(exc)
+
+
+def _thread_key(config: RunnableConfig) -> tuple[str, str]:
+    return str(thread_id(config)), str(configurable(config).get("checkpoint_ns", ""))
 
 
 def _admitted(supersteps: Sequence[Sequence[StateUpdate]]) -> list[list[StateUpdate]]:

@@ -15,7 +15,12 @@ from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig
-from langgraph._internal._constants import CONFIG_KEY_DURABILITY, CONFIG_KEY_TASK_ID
+from langgraph._internal._constants import (
+    CONFIG_KEY_CHECKPOINTER,
+    CONFIG_KEY_DURABILITY,
+    CONFIG_KEY_TASK_ID,
+    NS_SEP,
+)
 from langgraph._internal._runnable import RunnableCallable
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import (
@@ -36,8 +41,10 @@ __all__ = [
     "IncrementalMemorySaver",
     "RunnableCallable",
     "chat_model_provider",
+    "checkpointer_of",
     "delta_channels_replayed",
     "delta_snapshots",
+    "graph_namespace",
     "inside_parent_run",
     "reclass_compiled",
     "retry_policy_retries",
@@ -198,3 +205,17 @@ def inside_parent_run(config: RunnableConfig | None) -> bool:
     """Whether `config` is that of a task of a running graph: a subgraph call, or a node or
     tool passing its own config on (LangGraph then owns `checkpoint_ns`)."""
     return CONFIG_KEY_TASK_ID in ((config or {}).get("configurable") or {})
+
+
+def checkpointer_of(config: RunnableConfig | None) -> BaseCheckpointSaver | None:
+    """The saver a running graph's node is saved by (LangGraph hands it down in the config;
+    Studio's server injects its own there too)."""
+    saver = ((config or {}).get("configurable") or {}).get(CONFIG_KEY_CHECKPOINTER)
+    return saver if isinstance(saver, BaseCheckpointSaver) else None
+
+
+def graph_namespace(config: RunnableConfig | None) -> str:
+    """The checkpoint namespace of the graph a node runs in: a task's own namespace is
+    the graph's, then `|`, then the task's (`compact:<task id>` for the root graph)."""
+    ns = str(((config or {}).get("configurable") or {}).get("checkpoint_ns", ""))
+    return ns.rpartition(NS_SEP)[0]

@@ -151,8 +151,9 @@ class LoopConfig(BaseModel):
         default=False,
         description="run `assemble_context` as a step of its own, so each round's model view is that node's update in Studio and `stream_mode=\"updates\"` (one more checkpoint per round); off, `call_model` assembles it",
     )
-    max_context_tokens: int = Field(
-        default=0, ge=0, description="compaction budget (0 = off) — seed `MaxContextTokens`"
+    max_context_tokens: int | Literal["auto"] = Field(
+        default="auto",
+        description='compaction budget in tokens: `"auto"` takes half the answering model\'s input window from its LangChain profile (`max_input_tokens`), or 16,000 when the profile has none; `0` = off. Older messages the summary covers move to the transcript archive, so a long session costs the same per turn — seed `MaxContextTokens`',
     )
     compactor: Compactor | None = Field(
         default=None,
@@ -265,6 +266,13 @@ class LoopConfig(BaseModel):
                     f"policies[{index}]: expected a RoundPolicy, got {type(policy).__name__}"
                 )
         return policies
+
+    @field_validator("max_context_tokens")
+    @classmethod
+    def _budget_not_negative(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 0:
+            raise ValueError("max_context_tokens: must be 0 (off), a positive number or 'auto'")
+        return value
 
     @field_validator("tools", mode="before")
     @classmethod

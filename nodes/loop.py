@@ -8,7 +8,7 @@ nodes stay thin.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -18,11 +18,14 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
+from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from memory.background import BackgroundJobs
 from memory.transcript import last_human
 from nodes.policies.knobs import Knobs
+from nodes.protocols import TranscriptArchive
 from nodes.run_config import thread_id
+from nodes.view.compaction import context_budget
 from nodes.view.encoding import ENCODING_BY_PROVIDER, Encoding
 from nodes.view.providers import Provider, provider_of
 
@@ -55,11 +58,19 @@ class Loop:
     persona_models: dict[str, BaseChatModel] = field(default_factory=dict)
     tools_by_name: dict[str, BaseTool] = field(default_factory=dict)
     fallback_models: tuple[BaseChatModel, ...] = ()
+    archives: Callable[[BaseCheckpointSaver], TranscriptArchive | None] = lambda saver: None
+    """The transcript archive beside a saver's checkpoints (the graph layer provides it)."""
     jobs: BackgroundJobs = field(default_factory=BackgroundJobs)
     providers: dict[int, tuple[BaseChatModel, Provider]] = field(default_factory=dict, repr=False)
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False)
+    """Values worked out once per built graph (compaction's token allowances, say)."""
 
     @classmethod
-    def from_config(cls, config: LoopConfig) -> Loop:
+    def from_config(
+        cls,
+        config: LoopConfig,
+        archives: Callable[[BaseCheckpointSaver], TranscriptArchive | None] = lambda saver: None,
+    ) -> Loop:
         return cls(
             config=config,
             zone=config.zone(),
@@ -75,6 +86,7 @@ class Loop:
                 for i, model in enumerate(config.fallback_models)
             ),
             jobs=BackgroundJobs(timeout=config.extraction_timeout),
+            archives=archives,
         )
 
     # -- persona ---------------------------------------------------------
@@ -107,6 +119,16 @@ class Loop:
 
     def model_for(self, persona_id: str | None) -> BaseChatModel:
         return self.persona_models.get(persona_id or "", self.default_model)
+
+    def remembered(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """`compute()` the first time `key` is asked for, the same value after."""
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]
+
+    def context_budget(self, persona_id: str | None) -> int:
+        """The compaction budget for the persona's model (0 = compaction off)."""
+        return context_budget(self.config.max_context_tokens, self.model_for(persona_id))
 
     def provider_for(self, persona_id: str | None) -> Provider:
         """The provider family of the persona's model."""

@@ -59,7 +59,7 @@ def new_round(
         session_id=loop.session_id(env, config),
         attempt=attempt or 1,
         final_attempt=attempt is None or retry is None or attempt >= retry.max_attempts,
-        write=runtime.stream_writer,
+        writer=runtime.stream_writer,
     )
 
 
@@ -83,7 +83,8 @@ def finish_round(chain: PolicyChain, round: Round, response: BaseMessage) -> dic
     what the policies wrote."""
     message = response if isinstance(response, AIMessage) else AIMessage(message_text(response))
     reply = chain.finish(round, Reply(message))
-    return {**round.update, "messages": [reply.message, *reply.closing]}
+    written = round.update.get("messages", [])  # a compaction's removals go first
+    return {**round.update, "messages": [*written, reply.message, *reply.closing]}
 
 
 def round_steps(

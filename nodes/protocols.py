@@ -33,3 +33,21 @@ class Compactor(Protocol):
     ) -> str:
         """Summarise `messages` (new since `previous`) into at most ~`budget` tokens."""
         ...
+
+
+@runtime_checkable
+class TranscriptArchive(Protocol):
+    """Where a session's older messages go once compaction's summary covers them.
+
+    Positions count from the session's first message; writing a position again
+    writes the same message (a step re-run after a crash), so `append` is
+    idempotent. `graph.storage.archive` keeps one beside each checkpointer.
+    """
+
+    def append(self, thread: tuple[str, str], start: int, messages: Sequence[BaseMessage]) -> None:
+        """Store `messages` at positions `start`, `start + 1`, … of `thread` (id, namespace)."""
+        ...
+
+    def read(self, thread: tuple[str, str], start: int, stop: int) -> list[BaseMessage]:
+        """The archived messages at positions [start, stop), in order."""
+        ...

@@ -9,6 +9,17 @@ makes storage grow with the square of the session length). Its reducer is
 which keeps the invariant that no tool call is ever left dangling before a
 later message.
 
+A long session keeps only its live window in `messages`: once compaction's
+summary covers older messages, `compact` moves them to the transcript archive
+beside the checkpoints (`nodes.protocols.TranscriptArchive`) and `archived`
+counts them, so loading, reducing, viewing and saving a turn cost the same at
+turn 10,000 as at turn 100. The whole transcript is the archive followed by
+the window (`CyreneGraph.transcript`).
+
+`summary` is a `DeltaChannel` too, written when compaction moves and otherwise
+stored in no checkpoint (a plain channel would put its few kilobytes into every
+checkpoint of the SQLite saver: four a turn).
+
 `model_view` is the per-round assembled model input. It is an
 `UntrackedValue`: visible to the next node and in Studio's updates, but never
 checkpointed and never part of the transcript.
@@ -31,7 +42,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES, Messages, add_messages
 
 from nodes.compat import DeltaChannel
 from nodes.view.compaction import Summary
-from nodes.view.transcript import close_interrupted_calls, last_reply_index
+from nodes.view.transcript import close_interrupted_calls, last_reply_index, turn_number
 
 
 def merge_transcript(current: list[BaseMessage], writes: Sequence[Messages]) -> list[BaseMessage]:
@@ -121,6 +132,20 @@ def kept_apart(current: Sequence[BaseMessage], batch: list[Any]) -> list[Any]:
     return moved
 
 
+def latest_summary(current: Summary, writes: Sequence[Summary]) -> Summary:
+    """DeltaChannel reducer for `summary`: the latest write wins (batching-invariant)."""
+    return writes[-1] if writes else current
+
+
+class ArchiveMark(TypedDict):
+    """How much of the transcript lives in the archive, before the live window."""
+
+    messages: int
+    """Messages archived: the position of the window's first message in the whole transcript."""
+    humans: int
+    """Human messages among them (turn numbers count them)."""
+
+
 class TurnInput(TypedDict, total=False):
     """What a caller sends to start a turn."""
 
@@ -155,8 +180,10 @@ class LoopState(TypedDict):
     """Caller-provided working-memory summary, rendered as `工作记忆: …`."""
     mood: NotRequired[Any]
     """What `on_turn_end` returned for the latest finished turn."""
-    summary: NotRequired[Summary]
+    summary: NotRequired[Annotated[Summary, DeltaChannel(latest_summary, snapshot_frequency=1)]]
     """Compaction's running summary and the last message it covers (the transcript stays whole)."""
+    archived: NotRequired[ArchiveMark]
+    """The part of the transcript moved to the archive (absent: none)."""
     image_descriptions: NotRequired[dict[str, str]]
     """Vision cache for this session: image hash → description."""
     capacity: NotRequired[dict[str, int]]
@@ -165,3 +192,9 @@ class LoopState(TypedDict):
     """Background extractions not yet seen done or lost (see `nodes.extraction`)."""
     model_view: NotRequired[Annotated[list[AnyMessage], UntrackedValue(list)]]
     """The assembled model input of the current round (not checkpointed)."""
+
+
+def turn_of(state: LoopState) -> int:
+    """1-based number of the session's current turn, archived turns included."""
+    archived = state.get("archived")
+    return turn_number(state["messages"]) + (archived["humans"] if archived else 0)

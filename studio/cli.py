@@ -200,7 +200,7 @@ def history(args: argparse.Namespace) -> int:
     with reading_checkpointer(checkpoint_url(args.checkpoint, args.data)) as saver:
         # The state's shape is the same for every config; this one only reads.
         graph = build_graph(LoopConfig(model=DemoChatModel()), saver)
-        messages = graph.get_state(thread).values.get("messages", [])
+        messages = graph.transcript(thread)  # the archive and the live window
     if not messages:
         raise CliError(f"no session {args.session_id!r}", EXIT_NOT_FOUND)
     for message in messages:

@@ -47,8 +47,10 @@ def _stages(graph: Any, thread: str, budget: int) -> None:
     """What the turn-end hook and compaction left in the session's state."""
     state = graph.get_state({"configurable": {"thread_id": thread}}).values
     messages, summary = state["messages"], state.get("summary")
+    archived = (state.get("archived") or {}).get("messages", 0)
     folded = (
-        f"前 {uncovered_start(messages, summary)} 条消息已折叠进摘要，记录仍完整（{len(messages)} 条）"
+        f"前 {archived + uncovered_start(messages, summary)} 条消息已折叠进摘要（其中 {archived} 条"
+        f"移入存档），记录仍完整（共 {archived + len(messages)} 条）"
         if summary
         else f"{len(messages)} 条消息，未超出"
     )

@@ -41,6 +41,7 @@ def run(messages, budget, **overrides):
     with open_checkpointer("memory") as saver:
         graph = build_graph(make_config(model, max_context_tokens=budget, **overrides), saver)
         out = graph.invoke(Trusted({"messages": messages}), thread("c"), context=env)
+        out = {**out, "transcript": graph.transcript(thread("c"))}
     return model.requests[0].messages, out
 
 
@@ -57,11 +58,15 @@ def test_compaction_triggers_exactly_when_over_budget():
 
 
 def test_the_transcript_is_never_shortened():
+    """What the summary covers leaves the checkpointed window for the archive; the whole
+    transcript is the archive followed by the window."""
     messages = history(12)
     view, out = run(messages, 300)
-    assert [m.id for m in out["messages"][:-1]] == [m.id for m in messages]
+    assert [m.id for m in out["transcript"][:-1]] == [m.id for m in messages]
     assert out["summary"]["upto"] in {m.id for m in messages}
     assert len(view) < len(messages)
+    archived = out["archived"]["messages"]
+    assert archived > 0 and out["messages"] == out["transcript"][archived:]
 
 
 def test_structural_summary_keeps_who_said_what():

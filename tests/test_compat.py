@@ -205,13 +205,13 @@ def test_retry_policy_retries_reads_retry_on_as_langgraph_does():
     assert retry_policy_retries(RetryPolicy(retry_on=lambda e: "x" in str(e)), ValueError("x"))
 
 
-def test_a_subgraph_call_carries_a_task_id_and_a_direct_call_none():
+def test_a_subgraph_call_carries_a_task_id_and_its_nodes_see_their_graphs_namespace():
     from typing import TypedDict
 
     from langchain_core.runnables import RunnableConfig
     from langgraph.graph import START, StateGraph
 
-    from nodes.compat import inside_parent_run
+    from nodes.compat import graph_namespace, inside_parent_run
 
     class S(TypedDict):
         x: int
@@ -219,7 +219,7 @@ def test_a_subgraph_call_carries_a_task_id_and_a_direct_call_none():
     seen = []
 
     def record(state: S, config: RunnableConfig) -> dict:
-        seen.append(inside_parent_run(config))
+        seen.append((inside_parent_run(config), graph_namespace(config)))
         return {"x": state["x"] + 1}
 
     inner = StateGraph(S)
@@ -230,5 +230,8 @@ def test_a_subgraph_call_carries_a_task_id_and_a_direct_call_none():
     outer.add_node("sub", child)
     outer.add_edge(START, "sub")
     outer.compile().invoke({"x": 1})
-    assert seen == [True]
+    [(inside, namespace)] = seen
+    assert inside and namespace.startswith("sub:"), "a subgraph's node sees its graph's namespace"
+    child.invoke({"x": 1})
+    assert seen[-1] == (True, ""), "a root graph's node sees the root namespace"
     assert not inside_parent_run({"configurable": {"thread_id": "t", "checkpoint_ns": "x"}})

@@ -40,7 +40,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from graph.sessions.inbox import Answered, Claim, Entry, PlaceLost, ProcessInbox, Ring, SessionInbox
-from graph.storage.checkpoint import POSTGRES_PREFIXES, SQLITE_PREFIX, saver_url
+from graph.storage.checkpoint import database_of
 from nodes.config import BusyPolicy
 from nodes.env import SessionEnv
 from nodes.run_config import configurable, thread_id
@@ -107,13 +107,10 @@ def inbox_for(saver: BaseCheckpointSaver) -> SessionInbox:
 
 def _open_inbox(saver: BaseCheckpointSaver) -> SessionInbox:
     """A database inbox for savers `open_checkpointer` made; an in-process one otherwise."""
-    url = saver_url(saver) or ""
-    if url.startswith(SQLITE_PREFIX):
-        place = "sqlite:" + str(Path(url[len(SQLITE_PREFIX) :]).resolve())
-    elif url.startswith(POSTGRES_PREFIXES):
-        place = url
-    else:
+    kind, where = database_of(saver)
+    if kind == "process":
         return ProcessInbox()
+    place = f"sqlite:{where}" if kind == "sqlite" else where
     if (inbox := _BY_PLACE.get(place)) is None:
         inbox = _BY_PLACE[place] = _database_inbox(place, saver)
     return inbox

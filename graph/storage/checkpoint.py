@@ -42,6 +42,18 @@ def saver_url(saver: BaseCheckpointSaver) -> str | None:
     return _URLS.get(saver)
 
 
+def database_of(saver: BaseCheckpointSaver) -> tuple[str, str]:
+    """Which database `saver` writes to: ("sqlite", absolute path), ("postgres", URL), or
+    ("process", "") for the in-memory saver and savers built by hand (no URL to reach
+    their database by). The session inbox and the transcript archive live there too."""
+    url = saver_url(saver) or ""
+    if url.startswith(SQLITE_PREFIX):
+        return "sqlite", str(Path(url[len(SQLITE_PREFIX) :]).resolve())
+    if url.startswith(POSTGRES_PREFIXES):
+        return "postgres", url
+    return "process", ""
+
+
 def sqlite_path(url: str) -> Path:
     """The file a `sqlite:///…` URL names, with its folder created."""
     path = Path(url[len(SQLITE_PREFIX) :])

@@ -71,7 +71,7 @@ class Round:
     """Which attempt of the node this is: side effects (events, hooks) belong to attempt 1."""
     final_attempt: bool = True
     """No retry of the node follows this attempt (fallback models are tried now, or never)."""
-    write: Callable[[Any], None] | None = None
+    writer: Callable[[Any], None] | None = None
     """The run's `stream_mode="custom"` writer, when the caller streams it."""
     view: list[BaseMessage] = field(default_factory=list)
     """The messages the model is sent."""
@@ -99,15 +99,21 @@ class Round:
         (DESIGN §6: there, unlabelled already means the current persona)."""
         return None if self.env.restricted else self.persona_id
 
+    def write(self, **update: Any) -> None:
+        """Add to what the round writes to state; `messages` add up (removals, a refusal),
+        the reply goes after them."""
+        messages = [*self.update.get("messages", []), *update.pop("messages", [])]
+        self.update.update(update, **({"messages": messages} if messages else {}))
+
     def answer(self, **update: Any) -> None:
         """End the round without calling the model; `update` is written to state."""
-        self.update.update(update)
+        self.write(**update)
         self.answered = True
 
     def emit(self, event: Mapping[str, Any]) -> None:
         """Send an event to the caller's `stream_mode="custom"` stream, if it listens."""
-        if self.write is not None:
-            self.write(dict(event))
+        if self.writer is not None:
+            self.writer(dict(event))
 
 
 @dataclass(frozen=True)

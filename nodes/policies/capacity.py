@@ -24,8 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from nodes.policies.base import Round, RoundPolicy
 from nodes.policies.tool_calls import run_hook
+from nodes.state import turn_of
 from nodes.view.tool_results import was_executed
-from nodes.view.transcript import last_batch, latest_user_text, turn_number
+from nodes.view.transcript import last_batch, latest_user_text
 
 REGEX_PREFIX = "re:"
 
@@ -197,7 +198,7 @@ class WakeTiers(RoundPolicy):
         executed = {r.tool_call_id for r in results if was_executed(r)}
         awake, events = self.policy.step(
             round.state.get("capacity"),
-            turn=turn_number(round.messages),
+            turn=turn_of(round.state),
             user_text=latest_user_text(round.messages) if round.number == 1 else None,
             used_tools=[c["name"] for c in calls if c["id"] in executed],
         )

@@ -10,7 +10,10 @@ built-in behaviour that the config switches on, then the caller's own
                     after: a blocked reply, before it is labelled and closed
     ContextView     before: the view
     ToolOffer       before: the tools
-    FallbackModels  around, outermost: each fallback gets the inner wrappers too
+    Compaction      around, outermost: when due, compacts and sends the new view
+                    (not in graphs where `compact` is a step of its own)
+    FallbackModels  around: each fallback gets the inner wrappers too, and the
+                    compacted state
     ThinkingKnobs   around: knobs in the called provider's spelling, the gate
     PersonaLabel    after
     ClosingResults  after: calls that must never run
@@ -40,6 +43,7 @@ from nodes.policies.base import (
 )
 from nodes.policies.batch_hooks import BatchHooks
 from nodes.policies.capacity import WakeTiers
+from nodes.policies.compaction import Compaction
 from nodes.policies.context_view import ContextView
 from nodes.policies.fallbacks import FallbackModels
 from nodes.policies.guards import Guardrails
@@ -62,9 +66,10 @@ def round_policies(loop: Loop) -> PolicyChain:
         chain.append(WakeTiers(config.capacity, config.on_capacity))
     if config.guards:
         chain.append(Guardrails(config.guards, config.refusal_text))
+    chain += [ContextView(loop), ToolOffer(loop)]
+    if config.max_context_tokens != 0 and not config.model_view_step:
+        chain.append(Compaction(loop))
     chain += [
-        ContextView(loop),
-        ToolOffer(loop),
         FallbackModels(loop, loop.fallback_models, config.retry),
         ThinkingKnobs(loop),
         PersonaLabel(),

@@ -101,9 +101,11 @@ def assemble_view(
     working_memory: str | None = None,
     summary: Summary | None = None,
     with_memory: bool = True,
+    with_transform: bool = True,
 ) -> list[BaseMessage]:
-    """The exact message list the model is sent this round (`with_memory=False`: minus the
-    memory block, which is how compaction estimates the view without searching twice)."""
+    """The exact message list the model is sent this round (`with_memory=False`,
+    `with_transform=False`: minus the memory block and the caller's transform, which is how
+    compaction estimates the view without searching or transforming twice)."""
     persona_id = loop.persona_for(env)
     conversation = visible_conversation(messages, summary)
     memory = (
@@ -118,7 +120,7 @@ def assemble_view(
     view = encode_for_provider(loop.encoding_for(persona_id), leading, attribution)
     if loop.provider_for(persona_id) == "openai":
         view = without_unsafe_names(view)
-    return apply_transform(loop, view, current_round(messages) + 1)
+    return apply_transform(loop, view, current_round(messages) + 1) if with_transform else view
 
 
 def apply_transform(loop: Loop, view: list[BaseMessage], round_: int) -> list[BaseMessage]:
@@ -134,13 +136,16 @@ def apply_transform(loop: Loop, view: list[BaseMessage], round_: int) -> list[Ba
 
 
 def view_of_state(
-    loop: Loop, env: SessionEnv, state: LoopState, *, with_memory: bool = True
+    loop: Loop, env: SessionEnv, state: LoopState, *, estimate: bool = False
 ) -> list[BaseMessage]:
+    """The round's view from the session's state (`estimate`: as compaction counts it,
+    without the memory block and the caller's transform)."""
     return assemble_view(
         loop,
         env,
         state["messages"],
         working_memory=state.get("working_memory"),
         summary=state.get("summary"),
-        with_memory=with_memory,
+        with_memory=not estimate,
+        with_transform=not estimate,
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -26,6 +26,11 @@ from nodes.view.transcript import turn_start
 log = logging.getLogger("cyrene.compaction")
 
 SUMMARY_PREFIX = "对话摘要（更早的对话已压缩，按发言人标注）：\n"
+AUTO_SHARE = 0.5
+"""`max_context_tokens="auto"`: the share of the model's input window the view may fill
+(the rest is for the memory block, the turn's tool results and the reply)."""
+AUTO_FALLBACK = 16_000
+"""`max_context_tokens="auto"` for a model whose LangChain profile has no `max_input_tokens`."""
 CHARS_PER_TOKEN = 4.0  # count_tokens_approximately's default
 TokenCounter = Callable[[Sequence[BaseMessage]], int]
 
@@ -36,6 +41,16 @@ class Summary(TypedDict):
     text: str
     upto: str
     """Id of the last transcript message the summary covers."""
+    turn: NotRequired[int]
+    """The turn it was last written in (see `nodes.compact.SUMMARY_REFRESH_TURNS`)."""
+
+
+def context_budget(setting: int | str, model: Any) -> int:
+    """The token budget compaction keeps the view under for `model` (0 = off)."""
+    if setting != "auto":
+        return int(setting)
+    window = (getattr(model, "profile", None) or {}).get("max_input_tokens")
+    return int(window * AUTO_SHARE) if isinstance(window, int) and window > 0 else AUTO_FALLBACK
 
 
 def summary_message(summary: Summary | None) -> SystemMessage | None:
