@@ -149,7 +149,7 @@ class LoopConfig(BaseModel):
     )
     model_view_step: bool = Field(
         default=False,
-        description="run `assemble_context` as a step of its own, so each round's model view is that node's update in Studio and `stream_mode=\"updates\"` (one more checkpoint per round); off, `call_model` assembles it",
+        description="run `compact` and `assemble_context` as steps of their own, so each compaction and each round's model view is a node's update in Studio and `stream_mode=\"updates\"` (more checkpoints per round); off, `call_model` compacts and assembles the view itself",
     )
     max_context_tokens: int | Literal["auto"] = Field(
         default="auto",

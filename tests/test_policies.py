@@ -4,6 +4,7 @@ Studio's graph alike."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 
@@ -86,9 +87,9 @@ async def test_a_blocking_policy_runs_off_the_event_loop():
 
 
 def test_an_outside_policy_runs_in_studios_graph(tmp_path, monkeypatch):
-    from studio import graph as studio_graph
-
     monkeypatch.setenv("CYRENE_DATA", str(tmp_path))
+    # The module builds the server's graph when it is imported: over tmp_path, here.
+    studio_graph = importlib.import_module("studio.graph")
     policy = Signature()
     config = studio_graph.make_config(policies=[policy])
     try:
@@ -98,6 +99,7 @@ def test_an_outside_policy_runs_in_studios_graph(tmp_path, monkeypatch):
         )
     finally:
         config.memory.close()
+        studio_graph.config.memory.close()
     nodes = [node for update in updates for node in update]
     assert "assemble_context" in nodes, "Studio's graph shows the view as a step of its own"
     reply = next(u["call_model"] for u in updates if "call_model" in u)["messages"][0]

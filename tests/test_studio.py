@@ -167,7 +167,9 @@ async def test_studio_serves_the_loop_and_persists_across_restarts(tmp_path):
 
         state = await client.threads.get_state(thread["thread_id"])
         messages = state["values"]["messages"]
-        assert messages[0]["type"] == "human" and messages[-1]["type"] == "ai"
+        # Studio shows the live window: with the demo's small budget, compaction has moved
+        # the first turn's messages to the transcript archive.
+        assert state["values"]["archived"]["messages"] > 0 and messages[-1]["type"] == "ai"
         assert any(m.get("name") == "小明" for m in messages)
         assert any("not_allowed" in str(m["content"]) for m in messages if m["type"] == "tool")
         history = await client.threads.get_history(thread["thread_id"], limit=50)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable, Generator, Iterator
@@ -33,14 +32,14 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
-from weakref import WeakKeyDictionary, WeakValueDictionary
+from weakref import WeakValueDictionary
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from graph.sessions.inbox import Answered, Claim, Entry, PlaceLost, ProcessInbox, Ring, SessionInbox
-from graph.storage.checkpoint import database_of
+from graph.storage.checkpoint import PerSaver, database_of
 from nodes.config import BusyPolicy
 from nodes.env import SessionEnv
 from nodes.run_config import configurable, thread_id
@@ -92,17 +91,7 @@ def refuse_reentry(inbox: SessionInbox, thread: str) -> None:
 
 # -- which inbox a saver's sessions use -------------------------------------------------
 
-_BY_SAVER: WeakKeyDictionary[BaseCheckpointSaver, SessionInbox] = WeakKeyDictionary()
 _BY_PLACE: WeakValueDictionary[str, SessionInbox] = WeakValueDictionary()
-_REGISTRY = threading.Lock()
-
-
-def inbox_for(saver: BaseCheckpointSaver) -> SessionInbox:
-    """The inbox of the database `saver` writes to; one per database and process."""
-    with _REGISTRY:
-        if (inbox := _BY_SAVER.get(saver)) is None:
-            inbox = _BY_SAVER[saver] = _open_inbox(saver)
-        return inbox
 
 
 def _open_inbox(saver: BaseCheckpointSaver) -> SessionInbox:
@@ -114,6 +103,10 @@ def _open_inbox(saver: BaseCheckpointSaver) -> SessionInbox:
     if (inbox := _BY_PLACE.get(place)) is None:
         inbox = _BY_PLACE[place] = _database_inbox(place, saver)
     return inbox
+
+
+inbox_for = PerSaver(_open_inbox)
+"""The inbox of the database a saver writes to; one per database and process."""
 
 
 def _database_inbox(place: str, saver: BaseCheckpointSaver) -> SessionInbox:

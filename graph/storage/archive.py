@@ -27,13 +27,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
-from weakref import WeakKeyDictionary
 
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from graph.storage.checkpoint import database_of
+from graph.storage.checkpoint import PerSaver, database_of
 from nodes.protocols import TranscriptArchive
 
 TABLE = "cyrene_transcript_archive"
@@ -64,15 +63,44 @@ class ProcessArchive:
             return [rows[p] for p in range(start, stop) if p in rows]
 
 
-class SqliteArchive:
+class SqlArchive:
+    """What the SQLite and Postgres archives share: the table, rows and queries."""
+
+    mark = "?"
+    """The driver's parameter marker."""
+    upsert = "INSERT OR REPLACE INTO {table} VALUES ({marks})"
+
+    def __init__(self, serde: SerializerProtocol) -> None:
+        self.serde = serde
+
+    def _rows(self, thread: Thread, start: int, messages: Sequence[BaseMessage]) -> list[tuple]:
+        return [
+            (*thread, p, m.id, *self.serde.dumps_typed(m)) for p, m in enumerate(messages, start)
+        ]
+
+    def _insert(self) -> str:
+        return self.upsert.format(table=TABLE, marks=", ".join([self.mark] * 6))
+
+    def _select(self) -> str:
+        m = self.mark
+        return (
+            f"SELECT type, value FROM {TABLE} WHERE thread_id = {m} AND checkpoint_ns = {m}"
+            f" AND position >= {m} AND position < {m} ORDER BY position"
+        )
+
+    def _messages(self, rows: Sequence[tuple[str, Any]]) -> list[BaseMessage]:
+        return [self.serde.loads_typed((kind, bytes(value))) for kind, value in rows]
+
+
+class SqliteArchive(SqlArchive):
     """The archive in the SQLite checkpoint file (a short connection per call: archiving
     happens once per compaction step, reading when someone pages the history). The
     table is made by the first write, so reading never writes (`cyrene history` on a
     read-only folder)."""
 
     def __init__(self, path: Path, serde: SerializerProtocol) -> None:
+        super().__init__(serde)
         self.path = path
-        self.serde = serde
 
     @contextmanager
     def _connection(self) -> Iterator[sqlite3.Connection]:
@@ -80,34 +108,35 @@ class SqliteArchive:
             yield conn
 
     def append(self, thread: Thread, start: int, messages: Sequence[BaseMessage]) -> None:
-        rows = [
-            (*thread, p, m.id, *self.serde.dumps_typed(m)) for p, m in enumerate(messages, start)
-        ]
         with self._connection() as conn:
             conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} {COLUMNS.format(blob='BLOB')}")
-            conn.executemany(f"INSERT OR REPLACE INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?)", rows)
+            conn.executemany(self._insert(), self._rows(thread, start, messages))
 
     def read(self, thread: Thread, start: int, stop: int) -> list[BaseMessage]:
         try:
             with self._connection() as conn:
-                rows = conn.execute(
-                    f"SELECT type, value FROM {TABLE} WHERE thread_id = ? AND checkpoint_ns = ?"
-                    " AND position >= ? AND position < ? ORDER BY position",
-                    (*thread, start, stop),
-                ).fetchall()
+                return self._messages(
+                    conn.execute(self._select(), (*thread, start, stop)).fetchall()
+                )
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 return []  # nothing archived in this database yet
             raise
-        return [self.serde.loads_typed((kind, value)) for kind, value in rows]
 
 
-class PostgresArchive:
+class PostgresArchive(SqlArchive):
     """The archive in the Postgres checkpoint database."""
 
+    mark = "%s"
+    upsert = (
+        "INSERT INTO {table} VALUES ({marks}) ON CONFLICT (thread_id, checkpoint_ns, position)"
+        " DO UPDATE SET message_id = EXCLUDED.message_id, type = EXCLUDED.type,"
+        " value = EXCLUDED.value"
+    )
+
     def __init__(self, url: str, serde: SerializerProtocol) -> None:
+        super().__init__(serde)
         self.url = url
-        self.serde = serde
         # Workers starting together on a fresh database would race on CREATE TABLE.
         with self._connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (TABLE,))
@@ -119,37 +148,12 @@ class PostgresArchive:
         return psycopg.connect(self.url, autocommit=True)
 
     def append(self, thread: Thread, start: int, messages: Sequence[BaseMessage]) -> None:
-        rows = [
-            (*thread, p, m.id, *self.serde.dumps_typed(m)) for p, m in enumerate(messages, start)
-        ]
         with self._connection() as conn, conn.cursor() as cur:
-            cur.executemany(
-                f"INSERT INTO {TABLE} VALUES (%s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (thread_id, checkpoint_ns, position) DO UPDATE SET"
-                " message_id = EXCLUDED.message_id, type = EXCLUDED.type, value = EXCLUDED.value",
-                rows,
-            )
+            cur.executemany(self._insert(), self._rows(thread, start, messages))
 
     def read(self, thread: Thread, start: int, stop: int) -> list[BaseMessage]:
         with self._connection() as conn:
-            rows = conn.execute(
-                f"SELECT type, value FROM {TABLE} WHERE thread_id = %s AND checkpoint_ns = %s"
-                " AND position >= %s AND position < %s ORDER BY position",
-                (*thread, start, stop),
-            ).fetchall()
-        return [self.serde.loads_typed((kind, bytes(value))) for kind, value in rows]
-
-
-_BY_SAVER: WeakKeyDictionary[BaseCheckpointSaver, TranscriptArchive] = WeakKeyDictionary()
-_REGISTRY = threading.Lock()
-
-
-def archive_for(saver: BaseCheckpointSaver) -> TranscriptArchive:
-    """The archive beside `saver`'s checkpoints; one per saver, made on first use."""
-    with _REGISTRY:
-        if (archive := _BY_SAVER.get(saver)) is None:
-            archive = _BY_SAVER[saver] = _open_archive(saver)
-        return archive
+            return self._messages(conn.execute(self._select(), (*thread, start, stop)).fetchall())
 
 
 def _open_archive(saver: BaseCheckpointSaver) -> TranscriptArchive:
@@ -159,6 +163,10 @@ def _open_archive(saver: BaseCheckpointSaver) -> TranscriptArchive:
     if kind == "postgres":
         return PostgresArchive(where, saver.serde)
     return ProcessArchive()
+
+
+archive_for = PerSaver(_open_archive)
+"""The archive beside a saver's checkpoints; one per saver, made on first use."""
 
 
 def whole_transcript(

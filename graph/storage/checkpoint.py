@@ -13,8 +13,9 @@ Tables are created on entry, so a fresh database works at once.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -24,13 +25,14 @@ from contextlib import (
     contextmanager,
 )
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 from weakref import WeakKeyDictionary
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from nodes.compat import IncrementalMemorySaver
 
+T = TypeVar("T")
 SQLITE_PREFIX = "sqlite:///"
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 _URLS: WeakKeyDictionary[BaseCheckpointSaver, str] = WeakKeyDictionary()
@@ -40,6 +42,22 @@ def saver_url(saver: BaseCheckpointSaver) -> str | None:
     """The URL `open_checkpointer` opened `saver` from (None for any other saver):
     the session lock reaches the same database by it."""
     return _URLS.get(saver)
+
+
+class PerSaver(Generic[T]):
+    """One `T` per saver, made by `make(saver)` on first use: thread-safe, and forgotten with
+    the saver (the session inbox and the transcript archive are kept this way)."""
+
+    def __init__(self, make: Callable[[BaseCheckpointSaver], T]) -> None:
+        self._make = make
+        self._mutex = threading.Lock()
+        self._made: WeakKeyDictionary[BaseCheckpointSaver, T] = WeakKeyDictionary()
+
+    def __call__(self, saver: BaseCheckpointSaver) -> T:
+        with self._mutex:
+            if (made := self._made.get(saver)) is None:
+                made = self._made[saver] = self._make(saver)
+            return made
 
 
 def database_of(saver: BaseCheckpointSaver) -> tuple[str, str]:

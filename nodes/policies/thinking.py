@@ -20,16 +20,15 @@ from langchain_core.callbacks import (
     AsyncCallbackManager,
     AsyncCallbackManagerForLLMRun,
     CallbackManager,
-    CallbackManagerForLLMRun,
 )
 from langchain_core.callbacks.manager import BaseRunManager
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessageChunk, BaseMessage, message_chunk_to_message
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.constants import TAG_NOSTREAM
 from pydantic import Field
 
+from nodes.chat_model import Kwargs, Messages, ReplyChatModel, RunManager
 from nodes.policies.base import CallModel, CallSteps, ModelRequest, Round, RoundPolicy
 from nodes.policies.knobs import request_kwargs, without_reasoning
 
@@ -57,7 +56,7 @@ def _inner_config(run_manager: BaseRunManager | None) -> RunnableConfig:
     return {"callbacks": child, "tags": [TAG_NOSTREAM]}
 
 
-class ThinkingGate(BaseChatModel):
+class ThinkingGate(ReplyChatModel):
     """A one-shot wrapper: stream the inner model's reply without its reasoning."""
 
     inner: Runnable[Any, BaseMessage]
@@ -67,16 +66,10 @@ class ThinkingGate(BaseChatModel):
     def _llm_type(self) -> str:
         return "cyrene-thinking-gate"
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def reply(self, messages: Messages, run_manager: RunManager, kwargs: Kwargs) -> BaseMessage:
         full = self.inner.invoke(messages, _inner_config(run_manager))
         self.captured.append(full)
-        return ChatResult(generations=[ChatGeneration(message=without_reasoning(full))])
+        return without_reasoning(full)
 
     async def _agenerate(
         self,
@@ -89,18 +82,14 @@ class ThinkingGate(BaseChatModel):
         self.captured.append(full)
         return ChatResult(generations=[ChatGeneration(message=without_reasoning(full))])
 
-    def _stream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> Iterator[ChatGenerationChunk]:
+    def stream_reply(
+        self, messages: Messages, run_manager: RunManager, kwargs: Kwargs
+    ) -> Iterator[AIMessageChunk]:
         full: AIMessageChunk | None = None
         for chunk in self.inner.stream(messages, _inner_config(run_manager)):
             piece = cast(AIMessageChunk, chunk)  # a chat model streams chunks
             full = piece if full is None else full + piece
-            yield ChatGenerationChunk(message=without_reasoning(piece))
+            yield without_reasoning(piece)
         self._capture_stream(full)
 
     async def _astream(

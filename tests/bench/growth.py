@@ -1,25 +1,23 @@
-"""Session length: turn latency and database bytes as one session grows, and what pruning frees.
+"""Session length: a turn's cost and the bytes it writes as one session grows to 10,000 turns.
 
-    python -m tests.bench.growth            # 100 / 1,000 / 3,000 turns; writes tests/bench/growth.png
-    python -m tests.bench.growth --quick    # 50 / 200 turns, to check that it runs
+    python -m tests.bench.growth            # 10,000 turns; writes tests/bench/growth.png
+    python -m tests.bench.growth --quick    # 300 turns, to check that it runs
 
 One session of short chat turns (a zero-latency model that keeps nothing of
-what it is sent) on a SQLite file: ours, and `create_agent` on the same saver
-and model. `create_agent` stops at 1,000 turns: its checkpoints store the whole
-transcript every step, so its file grows with the square of the session. The
-latency at a mark is the median of the `WINDOW` turns before it; bytes are the
-database's pages (`sqlite_bytes`).
+what it is sent), compaction on (`max_context_tokens=2000`, so the session
+reaches its steady state within its first hundred turns): ours on a SQLite
+file and on Postgres, and `create_agent` on SQLite beside it up to 1,000 turns
+(its checkpoints store the whole transcript every step, so its file grows
+with the square of the session). "Near turn n" is the `WINDOW` turns before n:
+the median turn's wall time and CPU time, and the bytes the database grew by
+over those turns, per turn.
 
-Ours runs in a process of its own, beside the main process's `create_agent`
-session and then its Postgres session: a 3,000-turn session costs O(n²) turn
-work whatever the saver (every turn loads the whole transcript), and two cores
-halve the wall time. Each side runs next to one other busy process for most of
-its run; ours runs its last turns alone.
+Ours on SQLite runs in a process of its own, beside the main process's
+`create_agent` session and then its Postgres session, so two cores halve the
+wall time; the CPU columns are what to compare across rows.
 
 Pruning: ours as it stood at 1,000 turns (a copy) keeps its latest
-`DEFAULT_KEEP` checkpoints, on SQLite and on Postgres (a 1,000-turn session of
-its own, in a database created for the bench; bytes are the checkpoint tables'
-`pg_total_relation_size`). The transcript is checked unchanged.
+`DEFAULT_KEEP` checkpoints; the whole transcript is checked unchanged.
 
 `bench_growth(folder)` returns the rows for `tests/bench/run.py`'s `row`.
 """
@@ -47,23 +45,22 @@ from graph import LoopConfig, Persona, build_graph, open_checkpointer, prune_che
 from graph.storage.retention import DEFAULT_KEEP
 from studio.offline_model import OfflineChatModel
 
-MARKS = (100, 1_000, 3_000)
-QUICK_MARKS = (50, 200)
+TURNS, QUICK_TURNS = 10_000, 300
 PEER_STOP = 1_000
-WINDOW = 20
+BUDGET = 2_000
+WINDOW = 100
 CHART_WINDOW = 50
 SAMPLE_EVERY = 25
 CHART = Path(__file__).with_name("growth.png")
 REPO = Path(__file__).resolve().parents[2]
 POSTGRES_URL = os.environ.get("CYRENE_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 BENCH_DATABASE = "cyrene_bench_growth"
-TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
 Row = tuple[str, str, str, float | str, str]
 
 
 class SteadyModel(OfflineChatModel):
-    """Zero latency, one reply, and nothing kept of what it is sent: 3,000
+    """Zero latency, one reply, and nothing kept of what it is sent: 10,000
     turns of recorded requests would hold gigabytes."""
 
     reply: str = "挺好的，刚看完一本书。你呢，今天有什么开心的事？"
@@ -78,14 +75,22 @@ class SteadyModel(OfflineChatModel):
 
 @dataclass
 class Record:
-    """One session's growth: each turn's latency, and bytes every `SAMPLE_EVERY` turns."""
+    """One session's growth: each turn's wall and CPU time, and bytes every `SAMPLE_EVERY`."""
 
     label: str
     latency_ms: list[float] = field(default_factory=list)
+    cpu_ms: list[float] = field(default_factory=list)
     sizes: dict[int, int] = field(default_factory=dict)
 
     def latency_at(self, mark: int) -> float:
-        return statistics.median(self.latency_ms[mark - WINDOW : mark])
+        return statistics.median(self.latency_ms[max(mark - WINDOW, 0) : mark])
+
+    def cpu_at(self, mark: int) -> float:
+        return statistics.median(self.cpu_ms[max(mark - WINDOW, 0) : mark])
+
+    def bytes_per_turn_at(self, mark: int) -> float:
+        start = max(mark - WINDOW, 0)
+        return (self.sizes[mark] - self.sizes.get(start, 0)) / (mark - start)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -93,7 +98,8 @@ class Record:
     @classmethod
     def load(cls, path: Path) -> Record:
         data = json.loads(path.read_text())
-        return cls(data["label"], data["latency_ms"], {int(k): v for k, v in data["sizes"].items()})
+        sizes = {int(k): v for k, v in data.pop("sizes").items()}
+        return cls(**data, sizes=sizes)
 
 
 def grow(
@@ -104,14 +110,16 @@ def grow(
     at: Callable[[int], None] = lambda n: None,
 ) -> Record:
     """`turns` turns of one session, timed; `at(n)` runs after turn n, untimed."""
+    record.sizes[0] = size()
     for n in range(1, turns + 1):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         graph.invoke(
             {"messages": [HumanMessage(f"第{n}句：今天过得怎么样？跟我说说吧。")]},
             {"configurable": {"thread_id": "growth"}},
         )
         record.latency_ms.append((time.perf_counter() - started) * 1000)
-        if n % SAMPLE_EVERY == 0 or n in MARKS or n in QUICK_MARKS:
+        record.cpu_ms.append((time.process_time() - cpu) * 1000)
+        if n % SAMPLE_EVERY == 0:
             record.sizes[n] = size()
         at(n)
     return record
@@ -119,7 +127,12 @@ def grow(
 
 def ours(saver: Any) -> Any:
     return build_graph(
-        LoopConfig(model=SteadyModel(), personas={"p": Persona(name="P")}, default_persona="p"),
+        LoopConfig(
+            model=SteadyModel(),
+            personas={"p": Persona(name="P")},
+            default_persona="p",
+            max_context_tokens=BUDGET,
+        ),
         saver,
     )
 
@@ -129,43 +142,40 @@ def peer(saver: Any) -> Any:
 
 
 def sqlite_bytes(db: Path) -> int:
-    """The database's size on disk once its write-ahead log is folded in (pages × page size).
-
-    The WAL itself is left out: it is a bounded buffer (about 4 MB here) that
-    would swamp the small sessions' figures.
-    """
+    """The database's size on disk once its write-ahead log is folded in (pages × page size)."""
     with sqlite3.connect(db) as conn:
         pages = conn.execute("PRAGMA page_count").fetchone()[0]
         return pages * conn.execute("PRAGMA page_size").fetchone()[0]
 
 
-def mb(size: int) -> str:
+def mb(size: float) -> str:
     return f"{size / 1e6:,.1f} MB"
 
 
-def bench_growth(
-    folder: Path, marks: Sequence[int] = MARKS, chart: Path | None = CHART
-) -> list[Row]:
-    """Ours to the last mark (in its own process), `create_agent` to `PEER_STOP`, then Postgres."""
-    stop = min(PEER_STOP, marks[-1])
+def kb(size: float) -> str:
+    return f"{size / 1e3:,.1f} KB"
+
+
+def bench_growth(folder: Path, turns: int = TURNS, chart: Path | None = CHART) -> list[Row]:
+    """Ours on SQLite to `turns` (its own process), `create_agent` to `PEER_STOP`, then ours on
+    Postgres to `turns`."""
+    stop = min(PEER_STOP, turns)
     mine = subprocess.Popen(
-        [sys.executable, "-m", "tests.bench.growth", "--ours", str(folder), str(marks[-1])],
+        [sys.executable, "-m", "tests.bench.growth", "--ours", str(folder), str(turns)],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     peer_db = folder / "peer.db"
     with open_checkpointer(f"sqlite:///{peer_db}") as saver:
         theirs = grow(Record("create_agent"), peer(saver), lambda: sqlite_bytes(peer_db), stop)
-    postgres_rows = bench_prune_postgres(stop)
+    postgres = grow_postgres(turns)
     if mine.wait() != 0:
         raise RuntimeError(f"the session of ours failed (exit code {mine.returncode})")
-    ours_record = Record.load(folder / "ours.json")
+    sqlite_record = Record.load(folder / "ours.json")
     if chart is not None:
-        draw(ours_record, theirs, chart)
-    return (
-        growth_rows(ours_record, theirs, marks, stop)
-        + prune_sqlite(folder / "ours-copy.db", stop)
-        + postgres_rows
+        draw([sqlite_record, *([postgres] if postgres else []), theirs], stop, chart)
+    return growth_rows(sqlite_record, postgres, theirs, turns, stop) + prune_sqlite(
+        folder / "ours-copy.db", stop
     )
 
 
@@ -178,94 +188,117 @@ def grow_ours(folder: Path, turns: int) -> None:
             if n == min(PEER_STOP, turns):
                 with sqlite3.connect(copy_db) as copy:
                     saver.conn.backup(copy)
-            if n in MARKS or n in QUICK_MARKS:
-                print(f"  growth: ours at {n} turns", file=sys.stderr)
+            if n % 1000 == 0:
+                print(f"  growth: ours (SQLite) at {n:,} turns", file=sys.stderr)
 
-        record = grow(Record("ours"), ours(saver), lambda: sqlite_bytes(db), turns, at)
+        record = grow(Record("ours, SQLite"), ours(saver), lambda: sqlite_bytes(db), turns, at)
     record.save(folder / "ours.json")
 
 
-def growth_rows(mine: Record, theirs: Record, marks: Sequence[int], stop: int) -> list[Row]:
-    rows: list[Row] = []
-    for mark in marks:
-        peer_ms = theirs.latency_at(mark) if mark <= stop else None
-        rows.append(
-            (
-                f"turn latency, session at {mark:,} turns (ms)",
-                f"{mine.latency_at(mark):.1f}",
-                f"create_agent {peer_ms:.1f}" if peer_ms else f"create_agent stopped at {stop:,}",
-                mine.latency_at(mark) / peer_ms if peer_ms else "—",
-                "reported",
-            )
+def grow_postgres(turns: int) -> Record | None:
+    """Ours on Postgres, in a database created for the bench; bytes are the whole database's."""
+    try:
+        import psycopg
+
+        admin = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=3)
+    except Exception as exc:
+        print(f"  growth: Postgres skipped ({exc})", file=sys.stderr)
+        return None
+    url = POSTGRES_URL.rsplit("/", 1)[0] + f"/{BENCH_DATABASE}"
+    with admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {BENCH_DATABASE}")
+    try:
+        with psycopg.connect(url, autocommit=True) as conn, open_checkpointer(url) as saver:
+
+            def size() -> int:
+                return conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+
+            def at(n: int) -> None:
+                if n % 1000 == 0:
+                    print(f"  growth: ours (Postgres) at {n:,} turns", file=sys.stderr)
+
+            return grow(Record("ours, Postgres"), ours(saver), size, turns, at)
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
+
+
+def growth_rows(
+    sqlite: Record, postgres: Record | None, theirs: Record, turns: int, stop: int
+) -> list[Row]:
+    first = WINDOW
+    rows: list[Row] = [
+        (
+            f"turn latency, session at {mark:,} turns, SQLite (ms)",
+            f"{sqlite.latency_at(mark):.1f} (CPU {sqlite.cpu_at(mark):.1f})",
+            f"create_agent {theirs.latency_at(mark):.1f} (CPU {theirs.cpu_at(mark):.1f})"
+            if mark <= stop
+            else f"create_agent stopped at {stop:,}",
+            sqlite.cpu_at(mark) / theirs.cpu_at(mark) if mark <= stop else "—",
+            "reported (CPU ratio)",
         )
-    for mark in marks:
-        peer_size = theirs.sizes.get(mark)
-        rows.append(
+        for mark in sorted({first, stop, turns})
+    ]
+    for record in [sqlite, *([postgres] if postgres else [])]:
+        backend = record.label.split(", ")[1]
+        rows += [
             (
-                f"database bytes, session at {mark:,} turns",
-                mb(mine.sizes[mark]),
-                f"create_agent {mb(peer_size)}"
-                if peer_size
-                else f"create_agent stopped at {stop:,}",
-                mine.sizes[mark] / peer_size if peer_size else "—",
-                "reported",
-            )
-        )
-    first, last = marks[0], marks[-1]
-    ours_growth = mine.latency_at(stop) / mine.latency_at(first)
-    peer_growth = theirs.latency_at(stop) / theirs.latency_at(first)
+                f"{backend}: turn CPU near turn {turns:,} vs near turn {first} (ms)",
+                f"{record.cpu_at(turns):.1f}",
+                f"{record.cpu_at(first):.1f}",
+                record.cpu_at(turns) / record.cpu_at(first),
+                "≤ 1.2×",
+            ),
+            (
+                f"{backend}: turn latency near turn {turns:,} vs near turn {first} (ms)",
+                f"{record.latency_at(turns):.1f}",
+                f"{record.latency_at(first):.1f}",
+                record.latency_at(turns) / record.latency_at(first),
+                "≤ 1.2×",
+            ),
+            (
+                f"{backend}: bytes written per turn near turn {turns:,} vs near turn {first}",
+                kb(record.bytes_per_turn_at(turns)),
+                kb(record.bytes_per_turn_at(first)),
+                record.bytes_per_turn_at(turns) / record.bytes_per_turn_at(first),
+                "≤ 1.2×",
+            ),
+        ]
     rows.append(
         (
-            f"turn latency growth, {first:,} → {stop:,} turns",
-            f"{ours_growth:.2f}×",
-            f"create_agent {peer_growth:.2f}×",
-            ours_growth / peer_growth,
-            "≤ 1× (no faster than create_agent)",
+            f"database bytes, session at {stop:,} turns (SQLite)",
+            mb(sqlite.sizes[stop]),
+            f"create_agent {mb(theirs.sizes[stop])}",
+            sqlite.sizes[stop] / theirs.sizes[stop],
+            "< 1×",
         )
     )
-    if last > stop:
-        rows.append(
-            (
-                f"turn latency growth, {first:,} → {last:,} turns",
-                f"{mine.latency_at(last) / mine.latency_at(first):.2f}×",
-                "—",
-                "—",
-                "reported",
-            )
-        )
-    bytes_growth = mine.sizes[stop] / mine.sizes[first]
-    peer_bytes_growth = theirs.sizes[stop] / theirs.sizes[first]
     rows.append(
         (
-            f"database bytes growth, {first:,} → {stop:,} turns",
-            f"{bytes_growth:.1f}×",
-            f"create_agent {peer_bytes_growth:.1f}×",
-            bytes_growth / peer_bytes_growth,
-            "< 1× (create_agent's grows with the square)",
+            f"database bytes, session at {turns:,} turns (SQLite)",
+            mb(sqlite.sizes[turns]),
+            "—",
+            "—",
+            "reported",
         )
     )
     return rows
 
 
-def prune_and_check(saver: Any, size: Callable[[], int]) -> tuple[int, int, float]:
-    """Bytes before and after pruning the session, and the seconds the prune took;
-    fails if a single message of the transcript changed."""
-    graph = ours(saver)
-    config = {"configurable": {"thread_id": "growth"}}
-    before_messages = [m.model_dump() for m in graph.get_state(config).values["messages"]]
-    before = size()
-    started = time.perf_counter()
-    prune_checkpoints(saver, keep=DEFAULT_KEEP)
-    seconds = time.perf_counter() - started
-    after_messages = [m.model_dump() for m in graph.get_state(config).values["messages"]]
-    if after_messages != before_messages:
-        raise AssertionError("pruning changed the transcript")
-    return before, size(), seconds
-
-
 def prune_sqlite(db: Path, turns: int) -> list[Row]:
+    """Bytes before and after pruning the session's copy; fails if its transcript changed."""
     with open_checkpointer(f"sqlite:///{db}") as saver:
-        before, after, seconds = prune_and_check(saver, lambda: sqlite_bytes(db))
+        graph = ours(saver)
+        config = {"configurable": {"thread_id": "growth"}}
+        before_messages = [m.model_dump() for m in graph.transcript(config)]
+        before = sqlite_bytes(db)
+        started = time.perf_counter()
+        prune_checkpoints(saver, keep=DEFAULT_KEEP)
+        seconds = time.perf_counter() - started
+        if [m.model_dump() for m in graph.transcript(config)] != before_messages:
+            raise AssertionError("pruning changed the transcript")
+        after = sqlite_bytes(db)
     return [
         (
             f"SQLite, {turns:,}-turn session: bytes on disk after `prune --keep {DEFAULT_KEEP}`",
@@ -277,92 +310,32 @@ def prune_sqlite(db: Path, turns: int) -> list[Row]:
     ]
 
 
-def bench_prune_postgres(turns: int) -> list[Row]:
-    """A `turns`-turn session in a database of its own, pruned; bytes of its checkpoint tables."""
-    try:
-        import psycopg
-
-        admin = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=3)
-    except Exception as exc:
-        return [(f"Postgres, {turns:,}-turn session", "—", "—", "—", f"skipped: {exc}")]
-    url = POSTGRES_URL.rsplit("/", 1)[0] + f"/{BENCH_DATABASE}"
-    with admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {BENCH_DATABASE}")
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-
-            def size() -> int:
-                return sum(
-                    conn.execute("SELECT pg_total_relation_size(%s)", (t,)).fetchone()[0]
-                    for t in TABLES
-                )
-
-            with open_checkpointer(url) as saver:
-                session = grow(Record("postgres"), ours(saver), size, turns)
-                before, after, seconds = prune_and_check(saver, size)
-            conn.execute(f"VACUUM FULL {', '.join(TABLES)}")
-            full = size()
-    finally:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
-    return [
-        (
-            f"Postgres, {turns:,}-turn session: checkpoint tables after `prune --keep {DEFAULT_KEEP}` (plain VACUUM)",
-            mb(after),
-            f"before {mb(before)}",
-            after / before,
-            f"transcript unchanged (checked); prune took {seconds:.1f} s",
-        ),
-        (
-            f"Postgres, {turns:,}-turn session: … then VACUUM FULL (locks the tables)",
-            mb(full),
-            f"before {mb(before)}",
-            full / before,
-            "reported",
-        ),
-        (
-            f"Postgres turn latency, session at {turns:,} turns (ms)",
-            f"{session.latency_at(turns):.1f}",
-            "—",
-            "—",
-            "reported",
-        ),
-    ]
-
-
-def draw(mine: Record, theirs: Record, path: Path) -> None:
-    """Two panels, ours beside `create_agent`: turn latency and database size against turns."""
+def draw(records: Sequence[Record], stop: int, path: Path) -> None:
+    """Two panels: CPU per turn and database size against turns, ours beside `create_agent`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
-    for session, style in ((mine, "-"), (theirs, "--")):
-        turns = range(CHART_WINDOW, len(session.latency_ms) + 1)
-        smooth = [statistics.median(session.latency_ms[n - CHART_WINDOW : n]) for n in turns]
+    for session in records:
+        style = "--" if session.label == "create_agent" else "-"
+        turns = range(CHART_WINDOW, len(session.cpu_ms) + 1, 10)
+        smooth = [statistics.median(session.cpu_ms[n - CHART_WINDOW : n]) for n in turns]
         left.plot(turns, smooth, style, label=session.label)
         marks = sorted(session.sizes)
         right.plot(marks, [session.sizes[n] / 1e6 for n in marks], style, label=session.label)
-    stop = len(theirs.latency_ms)
     for axis in (left, right):
         axis.axvline(stop, color="grey", linewidth=0.6)
         axis.set_xlabel("turns in the session")
         axis.grid(alpha=0.3)
         axis.legend(loc="upper left")
-    left.set_ylabel(f"turn latency, ms (median of {CHART_WINDOW} turns)")
-    right.set_ylabel("database on disk, MB (SQLite)")
-    right.annotate(
-        f"create_agent stopped at {stop:,} turns",
-        xy=(stop, theirs.sizes[max(theirs.sizes)] / 1e6),
-        xytext=(8, -14),
-        textcoords="offset points",
-        fontsize=8,
-    )
+    left.set_ylabel(f"CPU per turn, ms (median of {CHART_WINDOW} turns)")
+    left.set_yscale("log")
+    right.set_ylabel("database, MB")
     fig.suptitle(
-        "One session, zero-latency model, same SQLite saver: ours vs create_agent. "
-        f"At {stop:,} turns: {mb(mine.sizes[stop])} vs {mb(theirs.sizes[stop])}"
+        f"One session, zero-latency model, compaction on (budget {BUDGET:,} tokens): ours on "
+        f"SQLite and Postgres vs create_agent (stopped at {stop:,} turns)"
     )
     fig.tight_layout()
     fig.savefig(path)
@@ -385,10 +358,10 @@ def main() -> None:
     if args.ours:
         grow_ours(Path(args.ours[0]), int(args.ours[1]))
         return
-    marks = QUICK_MARKS if args.quick else MARKS
+    turns = QUICK_TURNS if args.quick else TURNS
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        rows = bench_growth(Path(tmp), marks, chart=None if args.quick else CHART)
+        rows = bench_growth(Path(tmp), turns, chart=None if args.quick else CHART)
     print(f"  took {time.perf_counter() - started:.0f} s", file=sys.stderr)
     print_table(rows)
 

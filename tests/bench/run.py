@@ -309,7 +309,7 @@ def main() -> None:
         bench_crash_trials(folder, 4 if args.quick else 12)
         bench_extraction_crashes(folder, 3 if args.quick else 9)
         bench_worker_scaling(5.0 if args.quick else 15.0, folder / "workers")
-        if not args.quick:  # about 6.5 minutes: sessions of 100, 1,000 and 3,000 turns
+        if not args.quick:  # sessions of 10,000 turns on SQLite and Postgres, create_agent to 1,000
             for cells in bench_growth(folder / "growth"):
                 row(*cells)
     print(
