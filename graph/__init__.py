@@ -2,7 +2,7 @@
 
 from graph.builder import build_graph
 from graph.extractions import aresume_extractions, resume_extractions
-from graph.sessions import SessionBusyError, SessionWaitTimeout
+from graph.sessions import SessionBusyError, SessionReentryError, SessionWaitTimeout
 from graph.shutdown import GracefulStop, StopRequested, arun_turn, run_turn
 from graph.storage.checkpoint import open_checkpointer
 from graph.storage.retention import PruneReport, prune_checkpoints
@@ -34,6 +34,7 @@ __all__ = [
     "RoundPolicy",
     "SessionBusyError",
     "SessionEnv",
+    "SessionReentryError",
     "SessionWaitTimeout",
     "StopRequested",
     "Tier",

@@ -190,4 +190,5 @@ def build_graph(
         default_durability=config.durability,
         busy_policy=config.busy_policy,
         busy_timeout=config.busy_timeout,
+        max_image_bytes=config.max_image_bytes,
     ).with_config(max_concurrency=config.tool_parallelism)

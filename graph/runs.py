@@ -10,31 +10,35 @@ work while a turn is in flight. Everything else is LangGraph's.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Durability
+from langgraph.types import Command, Durability, StateUpdate
 
 from graph.sessions.gate import (
     SessionGate,
     answered_chunks,
     entry_for,
+    holding,
     inbox_for,
     merged_input,
+    refuse_reentry,
     session_of,
     with_ids,
 )
 from graph.sessions.inbox import Answered, Claim
 from memory.background import TURNS
-from nodes.boundary import admit
+from nodes.boundary import admit, admit_state_update
 from nodes.compat import CONFIG_KEY_DURABILITY
 from nodes.config import BusyPolicy
 from nodes.run_config import configurable, thread_id
+from nodes.view.images import MAX_IMAGE_BYTES
 
 ANSWERED = object()
 """A recovered message that is stored and whose turn is complete: nothing to run."""
@@ -129,12 +133,14 @@ class CyreneGraph(CompiledStateGraph):
         default_durability: Durability = "sync",
         busy_policy: BusyPolicy = "merge",
         busy_timeout: float = 300.0,
+        max_image_bytes: int = MAX_IMAGE_BYTES,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.default_durability = default_durability
         self.busy_policy = busy_policy
         self.busy_timeout = busy_timeout
+        self.max_image_bytes = max_image_bytes
 
     @property
     def _saves_itself(self) -> bool:
@@ -178,6 +184,8 @@ class CyreneGraph(CompiledStateGraph):
         """The run, as steps that `stream` carries out in its thread and `astream` awaits:
         wait for the session, work out what to run, run it (or hand over the state
         another caller's turn answered with), and give the session back."""
+        if isinstance(input, Command) and self._saves_itself:
+            yield from self._check_command(input, config)
         if (thread := self._session(config)) is None:
             if input is None and self._saves_itself and not (yield from self._resumable(config)):
                 raise _nothing_to_resume(config)
@@ -185,6 +193,7 @@ class CyreneGraph(CompiledStateGraph):
             return None
         input = with_ids(input)
         gate = self._gate()
+        refuse_reentry(gate.inbox, thread)
         entry = entry_for(thread, input, kwargs["context"], config)
         outcome = yield _Ask(gate.wait_turn, gate.await_turn, (entry,))
         if isinstance(outcome, Answered):
@@ -195,11 +204,25 @@ class CyreneGraph(CompiledStateGraph):
             if run_input is ANSWERED:
                 answered = ""
                 return (yield from self._answer(None, config, kwargs))
-            yield _Run(run_input, self._run_kwargs(config, kwargs))
+            with holding(gate.inbox, thread):
+                yield _Run(run_input, self._run_kwargs(config, kwargs))
             answered = (yield from self._latest_id(config)) if outcome.merged else ""
         finally:
             yield _Ask(gate.release, gate.arelease, (outcome, answered))
         return None
+
+    def _check_command(self, command: Command, config: RunnableConfig | None) -> Steps:
+        """A `Command` continues a session: refused when no human message would be in it
+        (a resume or `goto` would call the model with nothing said)."""
+        update = command.update if isinstance(command.update, dict) else {}
+        if any(isinstance(m, HumanMessage) for m in update.get("messages") or []):
+            return
+        stored = (yield from self._state(self._at(config, None))).values.get("messages", [])
+        if not any(isinstance(m, HumanMessage) for m in stored):
+            raise ValueError(
+                f"thread {thread_id(config)!r} has no human message: a Command continues a "
+                "session and cannot start one; send a message"
+            )
 
     def _resumable(self, config: RunnableConfig | None) -> Steps:
         # A crash can land after a task's writes were saved but before the next
@@ -232,9 +255,26 @@ class CyreneGraph(CompiledStateGraph):
         saved = yield _Ask(self._saver.get_tuple, self._saver.aget_tuple, (at,))
         return configurable(saved.config)["checkpoint_id"] if saved else ""
 
+    def _admit(self, input: Any, config: RunnableConfig | None, kwargs: dict) -> tuple[Any, Any]:
+        return admit(input, config, kwargs.get("context"), max_image_bytes=self.max_image_bytes)
+
+    # -- state edits from outside a turn ---------------------------------------------------
+    def bulk_update_state(
+        self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]
+    ) -> RunnableConfig:
+        """LangGraph's, with every update's values admitted first (`admit_state_update`):
+        `update_state` comes here too."""
+        return super().bulk_update_state(config, _admitted(supersteps))
+
+    async def abulk_update_state(
+        self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]
+    ) -> RunnableConfig:
+        """`bulk_update_state`, awaited (`aupdate_state` comes here too)."""
+        return await super().abulk_update_state(config, _admitted(supersteps))
+
     # -- the two drivers --------------------------------------------------------------------
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator:
-        input, kwargs["context"] = admit(input, config, kwargs.get("context"))
+        input, kwargs["context"] = self._admit(input, config, kwargs)
         return self._drive(_Stepper(self._steps(input, config, kwargs)), config)
 
     def _drive(self, steps: _Stepper, config: RunnableConfig | None) -> Iterator:
@@ -254,7 +294,7 @@ class CyreneGraph(CompiledStateGraph):
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator:
         """`stream`, awaited: the same steps, with the event loop free while the call waits."""
-        input, kwargs["context"] = admit(input, config, kwargs.get("context"))
+        input, kwargs["context"] = self._admit(input, config, kwargs)
         steps = _Stepper(self._steps(input, config, kwargs))
         while (step := steps.next()) is not None:
             try:
@@ -268,3 +308,11 @@ class CyreneGraph(CompiledStateGraph):
                 steps.answer(await step.aget(*step.args) if isinstance(step, _Ask) else None)
             except BaseException as exc:
                 steps.fail(exc)
+
+
+def _admitted(supersteps: Sequence[Sequence[StateUpdate]]) -> list[list[StateUpdate]]:
+    """Every update's values through the boundary; nothing is applied if one is refused."""
+    return [
+        [update._replace(values=admit_state_update(update.values)) for update in step]
+        for step in supersteps
+    ]

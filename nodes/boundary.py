@@ -45,6 +45,7 @@ from pydantic import ValidationError
 
 from memory.text import clean_text, is_blank, single_line
 from memory.transcript import message_text
+from nodes.compat import inside_parent_run
 from nodes.env import SessionEnv
 from nodes.run_config import configurable
 from nodes.state import TurnInput
@@ -136,6 +137,67 @@ def admit_command(command: Command, rules: Rules) -> Command:
     return replace(command, update=admit_fields(command.update, rules, opening=False))
 
 
+TRUSTED_STATE_KEYS = frozenset({"summary", "mood", "capacity", "image_descriptions"})
+"""State a developer may set with `update_state`, wrapped in `Trusted`: the loop's own
+bookkeeping, checked for shape. `pending_extractions` and `model_view` are never set."""
+
+
+def admit_state_update(values: Any) -> Any:
+    """`graph.update_state` values, checked as turn input is, so nothing it accepts can
+    break a later turn.
+
+    Plain values may carry `messages` (human ones, as from a chat participant:
+    Studio's state editor and a deployed server's state endpoint face the
+    outside) and `working_memory`; `Trusted({...})` may also carry system and
+    assistant messages and `TRUSTED_STATE_KEYS`. `None` (a fork or a copy of a
+    checkpoint) passes as it is.
+
+    Raises:
+        ValueError: a key or value the loop refuses, named.
+        TypeError: values that are not a mapping.
+    """
+    trusted = isinstance(values, Trusted)
+    raw = values.input if isinstance(values, Trusted) else values
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"update_state: values must be a dict, got {type(raw).__name__}")
+    allowed = TURN_KEYS | (TRUSTED_STATE_KEYS if trusted else frozenset())
+    if unknown := sorted(str(key) for key in raw if key not in allowed):
+        hint = (
+            f"; {sorted(TRUSTED_STATE_KEYS)} need Trusted({{...}})"
+            if set(unknown) & TRUSTED_STATE_KEYS
+            else ""
+        )
+        raise ValueError(f"update_state: unknown or refused key(s) {unknown}{hint}")
+    rules = Rules(restricted=True, trusted=trusted)
+    admitted = admit_fields({k: raw[k] for k in TURN_KEYS if k in raw}, rules, opening=False)
+    admitted.update(admit_bookkeeping({k: raw[k] for k in TRUSTED_STATE_KEYS if k in raw}))
+    return admitted
+
+
+def admit_bookkeeping(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The loop's own state keys, each of the shape the nodes read."""
+    admitted = dict(fields)
+    if "summary" in fields:
+        summary = fields["summary"]
+        if not (
+            isinstance(summary, Mapping)
+            and isinstance(summary.get("text"), str)
+            and isinstance(summary.get("upto"), str)
+        ):
+            raise ValueError("update_state: summary must be {'text': str, 'upto': message id}")
+        admitted["summary"] = {"text": clean_text(summary["text"]), "upto": summary["upto"]}
+    for key, kind in (("capacity", int), ("image_descriptions", str)):
+        value = fields.get(key)
+        if key in fields and not (
+            isinstance(value, Mapping)
+            and all(isinstance(k, str) and isinstance(v, kind) for k, v in value.items())
+        ):
+            raise ValueError(f"update_state: {key} must map text to {kind.__name__}")
+    return admitted
+
+
 def admit_context(context: Any) -> SessionEnv | None:
     """The run's SessionEnv (None: the owner's defaults); anything else is refused."""
     if context is None:
@@ -156,9 +218,18 @@ def admit_context(context: Any) -> SessionEnv | None:
 
 
 def check_thread(config: RunnableConfig | None) -> None:
-    """Refuse a thread id the savers cannot store (they fail with raw database errors)."""
-    if "thread_id" in (given := configurable(config)):
+    """Refuse a thread id the savers cannot store (they fail with raw database errors), and a
+    checkpoint namespace of the caller's own: LangGraph gives one to a subgraph's run, and
+    a session's lock, checkpoints and resume all live in the thread's root namespace."""
+    given = configurable(config)
+    if "thread_id" in given:
         check_id("thread id", given["thread_id"])
+    if given.get("checkpoint_ns") and not inside_parent_run(config):
+        raise ValueError(
+            f"checkpoint_ns {given['checkpoint_ns']!r}: a session is its thread_id; the namespace "
+            "is LangGraph's own, for subgraphs (a run under another namespace would take no lock "
+            "and save nothing)"
+        )
 
 
 def admit_fields(fields: Any, rules: Rules, *, opening: bool = True) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig
-from langgraph._internal._constants import CONFIG_KEY_DURABILITY
+from langgraph._internal._constants import CONFIG_KEY_DURABILITY, CONFIG_KEY_TASK_ID
 from langgraph._internal._runnable import RunnableCallable
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import (
@@ -38,6 +38,7 @@ __all__ = [
     "chat_model_provider",
     "delta_channels_replayed",
     "delta_snapshots",
+    "inside_parent_run",
     "reclass_compiled",
     "retry_policy_retries",
 ]
@@ -191,3 +192,9 @@ class IncrementalMemorySaver(InMemorySaver):
         super().delete_thread(thread_id)
         for key in [k for k in self._last if k[0] == thread_id]:
             del self._last[key]
+
+
+def inside_parent_run(config: RunnableConfig | None) -> bool:
+    """Whether `config` is that of a task of a running graph: a subgraph call, or a node or
+    tool passing its own config on (LangGraph then owns `checkpoint_ns`)."""
+    return CONFIG_KEY_TASK_ID in ((config or {}).get("configurable") or {})

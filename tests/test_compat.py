@@ -203,3 +203,32 @@ def test_retry_policy_retries_reads_retry_on_as_langgraph_does():
     assert retry_policy_retries(RetryPolicy(retry_on=ValueError), ValueError("x"))
     assert not retry_policy_retries(RetryPolicy(retry_on=(KeyError,)), ValueError("x"))
     assert retry_policy_retries(RetryPolicy(retry_on=lambda e: "x" in str(e)), ValueError("x"))
+
+
+def test_a_subgraph_call_carries_a_task_id_and_a_direct_call_none():
+    from typing import TypedDict
+
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.graph import START, StateGraph
+
+    from nodes.compat import inside_parent_run
+
+    class S(TypedDict):
+        x: int
+
+    seen = []
+
+    def record(state: S, config: RunnableConfig) -> dict:
+        seen.append(inside_parent_run(config))
+        return {"x": state["x"] + 1}
+
+    inner = StateGraph(S)
+    inner.add_node("n", record)
+    inner.add_edge(START, "n")
+    child = inner.compile()
+    outer = StateGraph(S)
+    outer.add_node("sub", child)
+    outer.add_edge(START, "sub")
+    outer.compile().invoke({"x": 1})
+    assert seen == [True]
+    assert not inside_parent_run({"configurable": {"thread_id": "t", "checkpoint_ns": "x"}})

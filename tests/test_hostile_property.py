@@ -1,8 +1,10 @@
-"""Hostile input, generated (issue 12): names, texts, content blocks, working memory, contexts.
+"""Hostile input, generated (issues 12, 19): names, texts, content blocks, working memory,
+contexts, and the door it comes through (a turn, a `Command`'s update, a `goto`,
+`update_state`).
 
 For every generated run, on one long-lived graph per attribution encoding:
 - the run completes, or raises ValueError/TypeError before the model is called
-  and with nothing stored;
+  and with nothing stored (a caller's `goto` is always refused);
 - the next ordinary turn of the same session succeeds, and its request renders
   with the provider's real formatter (offline);
 - every `[发言归属]` note is one well-formed line, and when only named
@@ -22,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.types import Command
 
 from graph import SessionEnv, build_graph, open_checkpointer
 from nodes.boundary import admit
@@ -175,12 +178,18 @@ contexts = mostly(
 )
 
 
+DOORS = ("command", "goto", "update_state")
+doors = mostly(st.just("invoke"), st.sampled_from(DOORS), 3)
+"""How the input arrives: mostly as a turn, one run in three through a side door."""
+
+
 @st.composite
-def runs(draw: st.DrawFn) -> tuple[Any, Any, bool]:
-    """(turn input, context, whether the owner may have spoken)."""
-    context = draw(contexts)
+def runs(draw: st.DrawFn) -> tuple[Any, Any, bool, str]:
+    """(turn input, context, whether the owner may have spoken, the door it comes through)."""
+    context, door = draw(contexts), draw(doors)
     if draw(mostly(st.just(False), st.just(True), 40)):
-        return draw(st.sampled_from([42, "hi", [], {"messages": []}, {"x": 1}])), context, False
+        odd = draw(st.sampled_from([42, "hi", [], {"messages": []}, {"x": 1}]))
+        return odd, context, False, door
     drawn = draw(st.lists(items, min_size=1, max_size=3))
     messages = [item for item, _ in drawn]
     turn: dict[str, Any] = {
@@ -190,7 +199,7 @@ def runs(draw: st.DrawFn) -> tuple[Any, Any, bool]:
         turn["working_memory"] = draw(working_memories)
     if draw(mostly(st.just(False), st.just(True), 40)):
         turn[draw(st.sampled_from(["summary", "mood", "capacity"]))] = draw(texts)
-    return turn, context, any(owner for _, owner in drawn)
+    return turn, context, any(owner for _, owner in drawn), door
 
 
 # -- the property ----------------------------------------------------------------------
@@ -209,19 +218,38 @@ def worlds():
         }
 
 
-def check_run(world: tuple[Any, Any], provider: str, case: tuple[Any, Any, bool]) -> None:
-    graph, model = world
-    turn, context, owner_spoke = case
-    session = thread(f"hostile-{next(_threads)}")
-    before = len(model.requests)
-    try:
+def deliver(graph: Any, door: str, turn: Any, session: dict, context: Any) -> None:
+    """Send `turn` through `door` (a `Command` continues the session it is sent to)."""
+    if door == "invoke":
         graph.invoke(turn, session, context=context)
+    elif door == "command":
+        graph.invoke(Command(update=turn), session, context=context)
+    elif door == "goto":
+        graph.invoke(Command(goto="call_model", update=turn), session, context=context)
+    else:
+        graph.update_state(session, turn)
+
+
+def check_run(world: tuple[Any, Any], provider: str, case: tuple[Any, Any, bool, str]) -> None:
+    graph, model = world
+    turn, context, owner_spoke, door = case
+    session = thread(f"hostile-{next(_threads)}")
+    before, stored_before = len(model.requests), None
+    try:
+        event(f"door: {door}")
+        if door in ("command", "goto"):
+            graph.invoke({"messages": [HumanMessage("开场", name="小明")]}, session, context=GROUP)
+            before, stored_before = len(model.requests), graph.get_state(session).values
+        deliver(graph, door, turn, session, context)
+        assert door != "goto", "a caller's goto was admitted"
         event("admitted")
-        follow_up = context
+        follow_up = (
+            GROUP if door == "update_state" else context
+        )  # the context it was admitted under
     except (ValueError, TypeError):
         event("refused")
         assert len(model.requests) == before, "refused after the model was called"
-        assert graph.get_state(session).values == {}, "a refused run stored something"
+        assert graph.get_state(session).values == (stored_before or {}), "a refused run stored"
         follow_up = GROUP
     out = graph.invoke(
         {"messages": [HumanMessage("下一句", name="小明")]}, session, context=follow_up
@@ -262,7 +290,7 @@ def test_hostile_runs_with_a_leading_note_index(worlds, case):
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=runs())
 def test_admitting_twice_changes_nothing(case):
-    turn, context, _ = case
+    turn, context, _, _ = case
     try:
         once, env = admit(turn, thread("t"), context)
     except (ValueError, TypeError):

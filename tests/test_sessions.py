@@ -247,3 +247,33 @@ async def test_a_cancelled_waiter_leaves_nothing_behind(tmp_path):
         state = await graph.aget_state(thread("c"))
     assert [m.id for m in state.values["messages"] if m.type == "human"] == ["a"]
     assert len(model.requests) == 1
+
+
+async def test_a_cancelled_caller_tells_by_its_message_id_whether_it_was_stored(tmp_path):
+    """The README's rule: a caller cancelled while waiting has its message stored (and
+    answered) if a turn had taken it, else not at all; the transcript by id says which."""
+    model = ScriptedChatModel(script=[echo] * 5, delay=0.3)
+    async with open_checkpointer(f"sqlite:///{tmp_path}/cancel.db") as saver:
+        graph = build_graph(make_config(model), saver)
+
+        def send(text: str, message_id: str) -> asyncio.Task:
+            turn = {"messages": [HumanMessage(text, id=message_id)]}
+            return asyncio.create_task(graph.ainvoke(turn, thread("c")))
+
+        def stored(values: dict, message_id: str) -> bool:
+            return any(m.id == message_id for m in values["messages"])
+
+        first = send("慢慢说", "a")
+        await asyncio.sleep(0.1)
+        second, third = send("第二句", "b"), send("第三句", "c")
+        await asyncio.sleep(0.05)
+        never = send("算了", "d")
+        await asyncio.sleep(0.05)
+        never.cancel()  # still waiting: nothing of it is stored
+        await first  # the next turn takes b and c together (merge)
+        await asyncio.sleep(0.1)
+        third.cancel()  # taken by the running turn: stored and answered regardless
+        await second
+        values = (await graph.aget_state(thread("c"))).values
+    assert [stored(values, i) for i in "abcd"] == [True, True, True, False]
+    assert values["messages"][-1].type == "ai" and len(model.requests) == 2

@@ -11,6 +11,7 @@
 from graph.sessions.gate import (
     SessionBusyError,
     SessionGate,
+    SessionReentryError,
     SessionWaitTimeout,
     inbox_for,
     queued,
@@ -22,6 +23,7 @@ __all__ = [
     "SessionBusyError",
     "SessionGate",
     "SessionInbox",
+    "SessionReentryError",
     "SessionWaitTimeout",
     "inbox_for",
     "queued",

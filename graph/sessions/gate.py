@@ -27,7 +27,9 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -52,6 +54,40 @@ class SessionBusyError(RuntimeError):
 
 class SessionWaitTimeout(SessionBusyError, TimeoutError):
     """A call waited `busy_timeout` seconds for its session; its message was not stored."""
+
+
+class SessionReentryError(SessionBusyError):
+    """A call on a session from inside that session's own running turn (a tool or hook that
+    invokes the graph on its own thread): it would wait for the very turn it is part of."""
+
+
+_HELD: ContextVar[frozenset[tuple[int, str]]] = ContextVar(
+    "cyrene_held_sessions", default=frozenset()
+)
+"""The sessions (inbox, thread) whose turns run in this context: a tool of the turn, or a
+caller still iterating its stream, sees its own session here."""
+
+
+@contextmanager
+def holding(inbox: SessionInbox, thread: str) -> Iterator[None]:
+    """Mark `thread` as running its turn in this context (and in what it hands work to:
+    LangGraph's task threads and tasks copy the context)."""
+    token = _HELD.set(_HELD.get() | {(id(inbox), thread)})
+    try:
+        yield
+    finally:
+        with suppress(ValueError):  # a stream finalised from another context: nothing to undo
+            _HELD.reset(token)
+
+
+def refuse_reentry(inbox: SessionInbox, thread: str) -> None:
+    """Raise at once for a call on a session from inside its own running turn."""
+    if (id(inbox), thread) in _HELD.get():
+        raise SessionReentryError(
+            f"session {thread!r} is running the turn this call comes from (a tool or hook "
+            "calling the graph on its own thread); it would wait for itself. Call it on "
+            "another thread, or after the turn"
+        )
 
 
 # -- which inbox a saver's sessions use -------------------------------------------------
