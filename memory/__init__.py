@@ -2,17 +2,18 @@
 
 from memory.background import wait_for_extractions
 from memory.block import format_memory_block
-from memory.embedding import HashingEmbedding
+from memory.embedding import HashingEmbedding, MultilingualEmbedding
 from memory.errors import MemoryStoreError, MemoryWriteError, StoreInUseError, StoreLayoutError
 from memory.extractors import LLMExtractor, ManualExtractor
 from memory.items import MemoryItem, Scope, Source
 from memory.protocols import Extractor, MemoryBackend
-from memory.ranking import Decay, SearchResult
+from memory.ranking import Decay, Fusion, SearchResult
 from memory.store import MemoryStore
 
 __all__ = [
     "Decay",
     "Extractor",
+    "Fusion",
     "HashingEmbedding",
     "LLMExtractor",
     "ManualExtractor",
@@ -21,6 +22,7 @@ __all__ = [
     "MemoryStore",
     "MemoryStoreError",
     "MemoryWriteError",
+    "MultilingualEmbedding",
     "Scope",
     "SearchResult",
     "Source",
