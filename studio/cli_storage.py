@@ -20,6 +20,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from graph.checkpoint import POSTGRES_PREFIXES, SQLITE_PREFIX, open_checkpointer
 from memory import MemoryStore
 from memory.errors import MemoryStoreError
+from studio.cli_text import progress_bar, visible
 
 # Exit codes (README "## CLI").
 EXIT_OK = 0
@@ -160,10 +161,22 @@ def memory_errors(data: Path) -> Iterator[None]:
         raise CliError(f"--data {data}: cannot open the memory store: {_reason(exc)}") from exc
 
 
-def open_memory(data: Path) -> MemoryStore:
-    """The embedded store under `data/memory`."""
+class Reembedding:
+    """Shows re-embedding progress (a store written with another embedding, `memory.reembed`)
+    and counts the memories re-embedded."""
+
+    def __init__(self) -> None:
+        self.done: dict[str, int] = {}
+
+    def __call__(self, collection: str, done: int, total: int) -> None:
+        self.done[collection] = done
+        progress_bar(f"re-embedding memory {visible(collection)} ", done, total)
+
+
+def open_memory(data: Path, progress: Reembedding | None = None) -> MemoryStore:
+    """The embedded store under `data/memory`; re-embedding on open is shown on stderr."""
     with memory_errors(data):
-        return MemoryStore.open(data / "memory")
+        return MemoryStore.open(data / "memory", progress=progress or Reembedding())
 
 
 def _reason(exc: BaseException) -> str:
