@@ -19,6 +19,7 @@ other Chroma embedding function works too.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import zlib
@@ -53,8 +54,18 @@ def features(text: str) -> list[str]:
     return grams
 
 
+class _UnitVectors(EmbeddingFunction[Documents]):
+    """Ours return L2-normalised vectors: cosine is the natural space, and any works."""
+
+    def default_space(self) -> Space:
+        return "cosine"
+
+    def supported_spaces(self) -> list[Space]:
+        return ["cosine", "ip", "l2"]
+
+
 @register_embedding_function
-class HashingEmbedding(EmbeddingFunction[Documents]):
+class HashingEmbedding(_UnitVectors):
     """Deterministic, dependency-free embeddings for offline use."""
 
     def __init__(self, dimensions: int = DEFAULT_DIMENSIONS) -> None:
@@ -73,12 +84,6 @@ class HashingEmbedding(EmbeddingFunction[Documents]):
     @staticmethod
     def name() -> str:
         return "cyrene_hashing"
-
-    def default_space(self) -> Space:
-        return "cosine"
-
-    def supported_spaces(self) -> list[Space]:
-        return ["cosine", "ip", "l2"]
 
     def get_config(self) -> dict[str, Any]:
         return {"dimensions": self.dimensions}
@@ -109,8 +114,15 @@ def _shared_encoder() -> Any:
     return _encoder
 
 
+@functools.lru_cache(maxsize=1_024)
+def _query_vector(text: str) -> np.ndarray:
+    vector: np.ndarray = _shared_encoder().encode([text])[0]
+    vector.setflags(write=False)
+    return vector
+
+
 @register_embedding_function
-class MultilingualEmbedding(EmbeddingFunction[Documents]):
+class MultilingualEmbedding(_UnitVectors):
     """Semantic, multilingual, offline embeddings (USE multilingual v3, 512 dimensions).
 
     Cheap to construct: the model loads on the first call, once per process,
@@ -127,15 +139,13 @@ class MultilingualEmbedding(EmbeddingFunction[Documents]):
     def __call__(self, input: Documents) -> Embeddings:
         return list(_shared_encoder().encode(list(input)))
 
+    def embed_query(self, input: Documents) -> Embeddings:
+        """Queries repeat (every round of a turn searches with its latest user text): cached."""
+        return [_query_vector(text) for text in input]
+
     @staticmethod
     def name() -> str:
         return "cyrene_multilingual_use"
-
-    def default_space(self) -> Space:
-        return "cosine"
-
-    def supported_spaces(self) -> list[Space]:
-        return ["cosine", "ip", "l2"]
 
     def get_config(self) -> dict[str, Any]:
         return {"model": MULTILINGUAL_MODEL}

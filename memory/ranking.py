@@ -7,6 +7,7 @@ written in another script than the question.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,12 +67,23 @@ class Fusion:
         """The fused relevance, in [0, 1], of each document for `query`."""
         dense = np.clip(1.0 - np.asarray(distances, dtype=np.float32), 0.0, 1.0)
         if self.lexical_weight:
-            vectors = np.asarray(HashingEmbedding()([query, *documents]))
-            lexical = np.clip(vectors[1:] @ vectors[0], 0.0, 1.0)
+            vectors = np.stack([_lexical(text) for text in documents]) if documents else None
+            lexical = np.clip(vectors @ _lexical(query), 0.0, 1.0) if vectors is not None else 0.0
             dense = (1 - self.lexical_weight) * dense + self.lexical_weight * lexical
         script = has_cjk(query)
         factors = [1.0 if has_cjk(d) == script else self.other_script for d in documents]
         return [float(r) for r in dense * np.asarray(factors, dtype=np.float32)]
+
+
+@functools.lru_cache(maxsize=8_192)
+def _lexical(text: str) -> np.ndarray:
+    """A text's hashed n-gram vector; cached, as the same memories come back search after search."""
+    vector = np.asarray(_HASHING([text])[0], dtype=np.float32)
+    vector.setflags(write=False)
+    return vector
+
+
+_HASHING = HashingEmbedding()
 
 
 def rank(
