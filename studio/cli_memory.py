@@ -8,15 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from memory import MemoryItem, MemoryStore, Scope
-from studio.cli_storage import (
-    EXIT_NOT_FOUND,
-    EXIT_OK,
-    EXIT_USAGE,
-    Reembedding,
-    data_folder,
-    open_memory,
-)
-from studio.cli_text import progress_bar, visible
+from studio.cli_storage import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, data_folder, open_memory
+from studio.cli_text import Reembedding, progress_bar, visible
 
 WRITES = ("add", "forget", "import", "reindex")
 IMPORT_BATCH = 500

@@ -20,7 +20,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from graph.checkpoint import POSTGRES_PREFIXES, SQLITE_PREFIX, open_checkpointer
 from memory import MemoryStore
 from memory.errors import MemoryStoreError
-from studio.cli_text import progress_bar, visible
+from studio.cli_text import Reembedding
 
 # Exit codes (README "## CLI").
 EXIT_OK = 0
@@ -159,18 +159,6 @@ def memory_errors(data: Path) -> Iterator[None]:
         yield
     except errors as exc:
         raise CliError(f"--data {data}: cannot open the memory store: {_reason(exc)}") from exc
-
-
-class Reembedding:
-    """Shows re-embedding progress (a store written with another embedding, `memory.reembed`)
-    and counts the memories re-embedded."""
-
-    def __init__(self) -> None:
-        self.done: dict[str, int] = {}
-
-    def __call__(self, collection: str, done: int, total: int) -> None:
-        self.done[collection] = done
-        progress_bar(f"re-embedding memory {visible(collection)} ", done, total)
 
 
 def open_memory(data: Path, progress: Reembedding | None = None) -> MemoryStore:

@@ -49,3 +49,15 @@ def progress_bar(label: str, done: int, total: int) -> None:
     bar = "#" * (30 * done // max(total, 1))
     end = "\n" if done >= total else ""
     print(f"\r{label}[{bar:<30}] {done}/{total}", end=end, file=sys.stderr, flush=True)
+
+
+class Reembedding:
+    """Shows re-embedding progress (a store written with another embedding, `memory.reembed`)
+    and counts the memories re-embedded."""
+
+    def __init__(self) -> None:
+        self.done: dict[str, int] = {}
+
+    def __call__(self, collection: str, done: int, total: int) -> None:
+        self.done[collection] = done
+        progress_bar(f"re-embedding memory {visible(collection)} ", done, total)
