@@ -19,10 +19,10 @@ other Chroma embedding function works too.
 
 from __future__ import annotations
 
-import functools
 import re
 import threading
 import zlib
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -114,11 +114,45 @@ def _shared_encoder() -> Any:
     return _encoder
 
 
-@functools.lru_cache(maxsize=1_024)
-def _query_vector(text: str) -> np.ndarray:
-    vector: np.ndarray = _shared_encoder().encode([text])[0]
-    vector.setflags(write=False)
-    return vector
+class _RecentQueries:
+    """The vectors of the last 1,024 queries. USE embeds a question and a memory alike, so
+    a turn's text is embedded once: every round of the turn searches with it, and a memory
+    extracted from it word for word finds its vector here. Documents only look up: a bulk
+    import does not churn the queries out."""
+
+    def __init__(self, size: int = 1_024) -> None:
+        self._size = size
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> np.ndarray | None:
+        with self._lock:
+            vector = self._vectors.get(text)
+            if vector is not None:
+                self._vectors.move_to_end(text)
+            return vector
+
+    def put(self, text: str, vector: np.ndarray) -> None:
+        vector.setflags(write=False)
+        with self._lock:
+            self._vectors[text] = vector
+            if len(self._vectors) > self._size:
+                self._vectors.popitem(last=False)
+
+
+_recent = _RecentQueries()
+
+
+def _embed(texts: list[str], remember: bool) -> list[np.ndarray]:
+    """Vectors of `texts`, recent queries from the cache, the rest in one batch."""
+    found = {text: vector for text in texts if (vector := _recent.get(text)) is not None}
+    missing = list(dict.fromkeys(text for text in texts if text not in found))
+    if missing:
+        for text, vector in zip(missing, _shared_encoder().encode(missing), strict=True):
+            found[text] = vector
+            if remember:
+                _recent.put(text, vector)
+    return [found[text] for text in texts]
 
 
 @register_embedding_function
@@ -137,11 +171,10 @@ class MultilingualEmbedding(_UnitVectors):
         pass  # nothing to configure; the model is shared and loaded lazily
 
     def __call__(self, input: Documents) -> Embeddings:
-        return list(_shared_encoder().encode(list(input)))
+        return list(_embed(list(input), remember=False))
 
     def embed_query(self, input: Documents) -> Embeddings:
-        """Queries repeat (every round of a turn searches with its latest user text): cached."""
-        return [_query_vector(text) for text in input]
+        return list(_embed(list(input), remember=True))
 
     @staticmethod
     def name() -> str:

@@ -181,11 +181,19 @@ def test_cyrene_memory_reindex(tmp_path, capsys):
 @pytest.mark.services
 def test_a_server_collection_records_the_embedding_and_is_re_embedded(chroma_server):
     client = chromadb.HttpClient(port=chroma_server, settings=Settings(anonymized_telemetry=False))
-    for collection in client.list_collections():  # the session's server is shared
-        client.delete_collection(collection.name)
-    with MemoryStore.connect(port=chroma_server, embedding_function=HashingEmbedding()) as old:
-        old.add(MemoryItem(content="主人养了一只叫团子的橘猫", scope=Scope.USER))
-    assert recorded_embeddings(client) == {"user": HashingEmbedding.name()}
-    with MemoryStore.connect(port=chroma_server) as store:
-        assert recorded_embeddings(client) == {"user": NEW}
-        assert store.search("我的宠物叫什么名字？")[0].item.content == "主人养了一只叫团子的橘猫"
+
+    def clear() -> None:  # the session's server is shared with other tests
+        for collection in client.list_collections():
+            client.delete_collection(collection.name)
+
+    clear()
+    try:
+        with MemoryStore.connect(port=chroma_server, embedding_function=HashingEmbedding()) as old:
+            old.add(MemoryItem(content="主人养了一只叫团子的橘猫", scope=Scope.USER))
+        assert recorded_embeddings(client) == {"user": HashingEmbedding.name()}
+        with MemoryStore.connect(port=chroma_server) as store:
+            assert recorded_embeddings(client) == {"user": NEW}
+            hits = store.search("我的宠物叫什么名字？")
+            assert hits[0].item.content == "主人养了一只叫团子的橘猫"
+    finally:
+        clear()
