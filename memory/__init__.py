@@ -2,19 +2,20 @@
 
 from memory.background import wait_for_extractions
 from memory.block import format_memory_block
-from memory.embedding import HashingEmbedding
+from memory.embedding import HashingEmbedding, MultilingualEmbedding
 from memory.errors import MemoryStoreError, MemoryWriteError, StoreInUseError, StoreLayoutError
 from memory.extraction_ledger import ExtractionLedger
 from memory.extractors import LLMExtractor, ManualExtractor
 from memory.items import MemoryItem, Scope, Source
 from memory.protocols import Extractor, MemoryBackend, ProvidesExtractionLedger
-from memory.ranking import Decay, SearchResult
+from memory.ranking import Decay, Fusion, SearchResult
 from memory.store import MemoryStore
 
 __all__ = [
     "Decay",
     "ExtractionLedger",
     "Extractor",
+    "Fusion",
     "HashingEmbedding",
     "LLMExtractor",
     "ManualExtractor",
@@ -23,6 +24,7 @@ __all__ = [
     "MemoryStore",
     "MemoryStoreError",
     "MemoryWriteError",
+    "MultilingualEmbedding",
     "ProvidesExtractionLedger",
     "Scope",
     "SearchResult",

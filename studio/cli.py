@@ -5,7 +5,7 @@ cyrene run "你好" --session s1       one turn, reply printed (streamed)
 cyrene chat --persona aglaea        interactive; /persona ID, /actor owner|group|stranger, /quit
 cyrene resume s1                    finish a turn a crash, a failure or a signal interrupted
 cyrene history s1                   the session's transcript, with speakers
-cyrene memory add|search|list|forget|import|export
+cyrene memory add|search|list|forget|import|export|reindex
 cyrene prune --keep 20              delete all but each session's last 20 checkpoints
 cyrene studio                       LangGraph Studio on this folder (offline flags)
 

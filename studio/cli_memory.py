@@ -1,4 +1,4 @@
-"""`cyrene memory add|search|list|forget|import|export` over the data folder's store."""
+"""`cyrene memory add|search|list|forget|import|export|reindex` over the data folder's store."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 from memory import MemoryItem, MemoryStore, Scope
 from studio.cli_storage import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, data_folder, open_memory
-from studio.cli_text import visible
+from studio.cli_text import Reembedding, progress_bar, visible
 
-WRITES = ("add", "forget", "import")
+WRITES = ("add", "forget", "import", "reindex")
 IMPORT_BATCH = 500
 
 
@@ -21,8 +21,8 @@ def add_memory_parser(
     """The actions under `cyrene memory`; `options` adds the shared options to each."""
     actions = memory.add_subparsers(dest="action", required=True)
 
-    def action(name: str) -> argparse.ArgumentParser:
-        made = actions.add_parser(name)
+    def action(name: str, help: str | None = None) -> argparse.ArgumentParser:
+        made = actions.add_parser(name, help=help, description=help)
         options(made)
         return made
 
@@ -38,12 +38,30 @@ def add_memory_parser(
     action("forget").add_argument("id")
     action("import").add_argument("file", type=Path)
     action("export")
+    reindex = action(
+        "reindex",
+        "re-embed memories another embedding wrote (e.g. the old lexical default); opening "
+        "the store does it too, this runs it now, shows progress and reports the count",
+    )
+    reindex.add_argument(
+        "--all", action="store_true", help="re-embed every memory, not only the mismatched ones"
+    )
 
 
 def memory_command(args: argparse.Namespace) -> int:
     data_folder(args.data, write=args.action in WRITES)
-    with open_memory(args.data) as store:
+    reembedding = Reembedding()
+    with open_memory(args.data, reembedding) as store:
+        if args.action == "reindex":  # opening may have done the work: count it too
+            return _reindex(store, args, reembedding)
         return _ACTIONS[args.action](store, args)
+
+
+def _reindex(store: MemoryStore, args: argparse.Namespace, reembedding: Reembedding) -> int:
+    store.reindex(everything=args.all, progress=reembedding)
+    name = store.embedding_function.name()
+    print(f"{sum(reembedding.done.values())} memories re-embedded; every one now uses {name}")
+    return EXIT_OK
 
 
 def _add(store: MemoryStore, args: argparse.Namespace) -> int:
@@ -95,7 +113,6 @@ def _import(store: MemoryStore, args: argparse.Namespace) -> int:
         for line in str(exc).splitlines():
             print(f"cyrene: {visible(line)}", file=sys.stderr)
         return EXIT_USAGE
-    print(file=sys.stderr)  # end the progress bar's line
     for item, reason in report.failed:
         print(f"cyrene: not stored: {item.id}: {visible(reason)}", file=sys.stderr)
     repeats = report.lines - report.unique
@@ -108,8 +125,7 @@ def _import(store: MemoryStore, args: argparse.Namespace) -> int:
 
 
 def _progress(done: int, total: int) -> None:
-    bar = "#" * (30 * done // max(total, 1))
-    print(f"\r[{bar:<30}] {done}/{total}", end="", file=sys.stderr, flush=True)
+    progress_bar("", done, total)
 
 
 _ACTIONS: dict[str, Callable[[MemoryStore, argparse.Namespace], int]] = {

@@ -20,6 +20,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from graph.storage.checkpoint import POSTGRES_PREFIXES, SQLITE_PREFIX, open_checkpointer
 from memory import MemoryStore
 from memory.errors import MemoryStoreError
+from studio.cli_text import Reembedding
 
 # Exit codes (README "## CLI").
 EXIT_OK = 0
@@ -160,10 +161,10 @@ def memory_errors(data: Path) -> Iterator[None]:
         raise CliError(f"--data {data}: cannot open the memory store: {_reason(exc)}") from exc
 
 
-def open_memory(data: Path) -> MemoryStore:
-    """The embedded store under `data/memory`."""
+def open_memory(data: Path, progress: Reembedding | None = None) -> MemoryStore:
+    """The embedded store under `data/memory`; re-embedding on open is shown on stderr."""
     with memory_errors(data):
-        return MemoryStore.open(data / "memory")
+        return MemoryStore.open(data / "memory", progress=progress or Reembedding())
 
 
 def _reason(exc: BaseException) -> str:

@@ -10,6 +10,8 @@ Unicode line separators and lone surrogates are shown escaped (`\\x1b`,
 
 from __future__ import annotations
 
+import sys
+
 _BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
 _HIDDEN = (
     *range(0x00, 0x20),
@@ -40,3 +42,22 @@ def one_line(text: str, limit: int = 300) -> str:
     """`visible`, on one line and at most `limit` characters: for error messages."""
     line = text.strip().translate(_ESCAPES_ONE_LINE)
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def progress_bar(label: str, done: int, total: int) -> None:
+    """A progress line on stderr, redrawn in place; the line ends when `done` reaches `total`."""
+    bar = "#" * (30 * done // max(total, 1))
+    end = "\n" if done >= total else ""
+    print(f"\r{label}[{bar:<30}] {done}/{total}", end=end, file=sys.stderr, flush=True)
+
+
+class Reembedding:
+    """Shows re-embedding progress (a store written with another embedding, `memory.reembed`)
+    and counts the memories re-embedded."""
+
+    def __init__(self) -> None:
+        self.done: dict[str, int] = {}
+
+    def __call__(self, collection: str, done: int, total: int) -> None:
+        self.done[collection] = done
+        progress_bar(f"re-embedding memory {visible(collection)} ", done, total)

@@ -23,6 +23,7 @@ from memory import ManualExtractor, MemoryItem, MemoryStore, Scope
 from nodes.config import LoopConfig, Persona
 from nodes.loop import resolve_model
 from nodes.policies.capacity import CapacityPolicy, Tier
+from studio.cli_text import Reembedding
 from studio.demo_hooks import demo_mood, describe_image
 from studio.demo_model import DemoChatModel
 
@@ -113,8 +114,8 @@ DEMO_CAPACITY = CapacityPolicy(
 
 
 def open_demo_store(data: Path) -> MemoryStore:
-    """The embedded store under `data/memory`, seeded on first use."""
-    store = MemoryStore.open(data / "memory")
+    """The embedded store under `data/memory`, seeded on first use (re-embedding shown)."""
+    store = MemoryStore.open(data / "memory", progress=Reembedding())
     if not store.list():
         store.add_many(SEED_MEMORIES)
     return store

@@ -24,9 +24,10 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
 from graph import LoopConfig, Persona, build_graph, open_checkpointer
-from memory import MemoryItem, MemoryStore, Scope
+from memory import HashingEmbedding, MemoryItem, MemoryStore, Scope
 from tests.bench.extraction import bench_extraction, bench_extraction_crashes
 from tests.bench.growth import bench_growth
+from tests.bench.memory import bench_recall, bench_updates, load_set
 from tests.bench.table import ROWS, elapsed_ms, median_ms, row
 from tests.bench.traffic import bench_traffic
 from tests.bench.workers import bench_worker_scaling
@@ -135,8 +136,12 @@ def bench_memory(sizes: list[int], folder: Path, repeat: int) -> None:
 def memory_at(
     size: int, folder: Path, queries: list[str]
 ) -> tuple[MemoryStore, list[MemoryItem], float]:
-    """Scoped search over `size` items (a quarter in each bucket) next to a numpy scan."""
-    store = MemoryStore.open(folder / f"mem{size}")
+    """Scoped search over `size` items (a quarter in each bucket) next to a numpy scan.
+
+    These rows measure the collection layout, so they keep the model-free lexical
+    embedding; search with the default embedding at 100k is `tests.bench.memory --scale`.
+    """
+    store = MemoryStore.open(folder / f"mem{size}", HashingEmbedding())
     items = [
         MemoryItem(
             content=f"记忆{i} 关于主题{i % 500} 的内容 word{i % 97}",
@@ -306,6 +311,9 @@ def main() -> None:
         # Before the memory rows: their 100k items leave a heap that slows later timings.
         bench_compaction_view(repeat)
         bench_memory([1_000, 10_000] if args.quick else [1_000, 10_000, 100_000], folder, repeat)
+        recall_set = load_set()
+        bench_recall(folder / "recall", recall_set)
+        bench_updates(folder / "recall", recall_set)
         bench_crash_trials(folder, 4 if args.quick else 12)
         bench_extraction_crashes(folder, 3 if args.quick else 9)
         bench_worker_scaling(5.0 if args.quick else 15.0, folder / "workers")
