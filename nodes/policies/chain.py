@@ -11,7 +11,11 @@ built-in behaviour that the config switches on, then the caller's own
     ContextView     before: the view
     ToolOffer       before: the tools
     FallbackModels  around, outermost: each fallback gets the inner wrappers too
+    TokenAccounting around, inside the fallbacks: each call that returns counts
+                    once; outside the gate, which hands back the whole reply
     ThinkingKnobs   around: knobs in the called provider's spelling, the gate
+    PromptCacheBreakpoints  around: Anthropic's `cache_control` marks on the
+                    called model's copy of the view (`context_layout="cache"`)
     PersonaLabel    after
     ClosingResults  after: calls that must never run
     RoundLimit      after: calls past the last round
@@ -43,9 +47,11 @@ from nodes.policies.capacity import WakeTiers
 from nodes.policies.context_view import ContextView
 from nodes.policies.fallbacks import FallbackModels
 from nodes.policies.guards import Guardrails
+from nodes.policies.prompt_cache import PromptCacheBreakpoints
 from nodes.policies.replies import ClosingResults, PersonaLabel, StableCallIds
 from nodes.policies.round_limit import RoundLimit
 from nodes.policies.thinking import ThinkingKnobs
+from nodes.policies.token_accounting import TokenAccounting
 from nodes.policies.tool_offer import ToolOffer
 
 if TYPE_CHECKING:
@@ -66,7 +72,12 @@ def round_policies(loop: Loop) -> PolicyChain:
         ContextView(loop),
         ToolOffer(loop),
         FallbackModels(loop, loop.fallback_models, config.retry),
+        TokenAccounting(),
         ThinkingKnobs(loop),
+    ]
+    if config.context_layout == "cache":
+        chain.append(PromptCacheBreakpoints(loop))
+    chain += [
         PersonaLabel(),
         ClosingResults(),
         RoundLimit(config.max_rounds),
