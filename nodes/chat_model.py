@@ -65,6 +65,7 @@ def as_chunk(message: AIMessage) -> AIMessageChunk:
         content=message.content,
         additional_kwargs=message.additional_kwargs,
         response_metadata=message.response_metadata,
+        usage_metadata=message.usage_metadata,
         name=message.name,
         tool_call_chunks=[
             {

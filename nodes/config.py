@@ -217,6 +217,10 @@ class LoopConfig(BaseModel):
         default="auto",
         description='`"inline"` (seed-exact system notes) or `"leading"` (one leading system message with a note index); auto picks per provider',
     )
+    context_layout: Literal["seed", "cache"] = Field(
+        default="seed",
+        description='`"seed"`: the seed\'s order; `"cache"`: what stays the same between rounds first (instructions, role declaration, summary, conversation), time, working memory and memories at the end, with Anthropic `cache_control` breakpoints, so providers can reuse the cached prefix (README "What the model sees")',
+    )
     extraction_timeout: float = Field(
         default=60.0,
         gt=0,

@@ -37,6 +37,7 @@ from langchain_core.messages import (
     HumanMessage,
     RemoveMessage,
 )
+from langchain_core.messages.ai import UsageMetadata
 from langgraph.channels.untracked_value import UntrackedValue
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, Messages, add_messages
 
@@ -172,6 +173,21 @@ class PendingExtraction(TypedDict):
     """The persona that produced the turn (persona-scope memories go there)."""
 
 
+class TokenUsage(TypedDict):
+    """Tokens the session's model calls used, as the providers reported them (LangChain's
+    `usage_metadata`, cached input in `input_token_details.cache_read`); written by
+    `nodes.policies.token_accounting`. Calls that reported nothing are not in it."""
+
+    turn_id: str | None
+    """The turn `calls` and `turn` belong to: the id of its opening message."""
+    calls: list[UsageMetadata]
+    """That turn's model calls, in order (a retried or fallback call once each)."""
+    turn: NotRequired[UsageMetadata]
+    """The sum of `calls` (absent when none reported usage)."""
+    session: NotRequired[UsageMetadata]
+    """The sum over every call of the session."""
+
+
 class LoopState(TypedDict):
     """Checkpointed per-thread state."""
 
@@ -188,6 +204,8 @@ class LoopState(TypedDict):
     """Vision cache for this session: image hash → description."""
     capacity: NotRequired[dict[str, int]]
     """Awake capacity tiers → the turn number they were last woken or used in."""
+    token_usage: NotRequired[TokenUsage]
+    """Tokens used per call, per turn and per session (absent until a provider reports any)."""
     pending_extractions: NotRequired[list[PendingExtraction]]
     """Background extractions not yet seen done or lost (see `nodes.extraction`)."""
     model_view: NotRequired[Annotated[list[AnyMessage], UntrackedValue(list)]]

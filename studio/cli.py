@@ -4,7 +4,7 @@ cyrene demo                         the offline demo conversation (the main job)
 cyrene run "你好" --session s1       one turn, reply printed (streamed)
 cyrene chat --persona aglaea        interactive; /persona ID, /actor owner|group|stranger, /quit
 cyrene resume s1                    finish a turn a crash, a failure or a signal interrupted
-cyrene history s1                   the session's transcript, with speakers
+cyrene history s1                   the session's transcript, with speakers and token totals
 cyrene memory add|search|list|forget|import|export|reindex
 cyrene prune --keep 20              delete all but each session's last 20 checkpoints
 cyrene studio                       LangGraph Studio on this folder (offline flags)
@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, get_args
 
@@ -192,14 +192,16 @@ def speaker(message: BaseMessage) -> str:
 
 
 def history(args: argparse.Namespace) -> int:
-    """Print a session's transcript. Opens only the checkpoints, read-only: no model,
-    no memory store, so it works on a read-only data folder."""
+    """Print a session's transcript, then its token totals when its models reported any.
+    Opens only the checkpoints, read-only: no model, no memory store, so it works on a
+    read-only data folder."""
     data_folder(args.data, write=False)
     check_id("session", args.session_id)
     thread = thread_config(args.session_id)
     with reading_checkpointer(checkpoint_url(args.checkpoint, args.data)) as saver:
         # The state's shape is the same for every config; this one only reads.
         graph = build_graph(LoopConfig(model=DemoChatModel()), saver)
+        values = graph.get_state(thread).values
         messages = graph.transcript(thread)  # the archive and the live window
     if not messages:
         raise CliError(f"no session {args.session_id!r}", EXIT_NOT_FOUND)
@@ -208,7 +210,21 @@ def history(args: argparse.Namespace) -> int:
             getattr(message, "tool_calls", []), ensure_ascii=False
         )
         print(f"{speaker(message):>18}  {visible(text)}")
+    if session := values.get("token_usage", {}).get("session"):
+        print(f"{'tokens':>18}  {token_totals(session)}")
     return EXIT_OK
+
+
+def token_totals(usage: Mapping[str, Any]) -> str:
+    """`input N (cached C)  output N  total N`: the cached part only where it was reported."""
+    cached = (usage.get("input_token_details") or {}).get("cache_read")
+    parts = [
+        f"input {usage.get('input_tokens', 0):,}"
+        + (f" (cached {cached:,})" if cached is not None else ""),
+        f"output {usage.get('output_tokens', 0):,}",
+        f"total {usage.get('total_tokens', 0):,}",
+    ]
+    return "  ".join(parts)
 
 
 def prune(args: argparse.Namespace) -> int:

@@ -98,11 +98,11 @@ def notes_of(view: Sequence[BaseMessage]) -> list[str]:
     """Every `[发言归属]` note the model is shown: system messages (inline encoding) or the
     lines of the leading message's note index (leading encoding)."""
     notes = [
-        m.content
+        m.text
         for m in view
-        if isinstance(m, SystemMessage) and m.content.startswith(SPEAKER_SWITCH_MARKER)
+        if isinstance(m, SystemMessage) and m.text.startswith(SPEAKER_SWITCH_MARKER)
     ]
-    head = view[0].content if view and isinstance(view[0], SystemMessage) else ""
+    head = view[0].text if view and isinstance(view[0], SystemMessage) else ""
     if NOTE_INDEX_HEADER in head:
         index = head.rsplit(NOTE_INDEX_HEADER + "\n", 1)[1].split("\n\n")[0]
         for line in index.split("\n"):

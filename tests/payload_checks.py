@@ -7,11 +7,13 @@ answered by the messages right after it, and no tool result answers a call
 that is not there. Ids are checked as the stricter API takes them: unique in
 the whole request, `[a-zA-Z0-9_-]` only (Anthropic: "`tool_use` ids must be
 unique", "String should match pattern"), at most 40 characters (OpenAI), so a
-session can fall back from one provider to the other.
+session can fall back from one provider to the other. An Anthropic request
+may carry at most four `cache_control` breakpoints.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -69,8 +71,11 @@ def _blocks(message: dict[str, Any], kind: str) -> list[dict[str, Any]]:
 def anthropic_problems(view: list[BaseMessage]) -> list[str]:
     """Pairing errors in the Anthropic messages payload of `view` ([] when valid)."""
     problems: list[str] = []
-    messages = ANTHROPIC._get_request_payload(view)["messages"]
+    payload = ANTHROPIC._get_request_payload(view)
+    messages = payload["messages"]
     problems += id_problems([b["id"] for m in messages for b in _blocks(m, "tool_use")])
+    if (marks := json.dumps(payload).count('"cache_control"')) > 4:
+        problems.append(f"{marks} cache_control breakpoints (Anthropic takes at most 4)")
     for i, message in enumerate(messages):
         results = [b["tool_use_id"] for b in _blocks(message, "tool_result")]
         previous = messages[i - 1] if i else None

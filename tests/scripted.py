@@ -91,8 +91,8 @@ class ScriptedChatModel(OfflineChatModel):
         return self._next(messages, kwargs)
 
     def chunks(self, message: AIMessage) -> Iterator[AIMessageChunk]:
-        """With `stream_chunks`, text a character at a time, then kwargs, then calls; else
-        one chunk carrying the whole reply (not a streaming model)."""
+        """With `stream_chunks`, text a character at a time, then kwargs, then calls, then
+        usage; else one chunk carrying the whole reply (not a streaming model)."""
         if not self.stream_chunks:
             yield as_chunk(message)
             return
@@ -111,3 +111,5 @@ class ScriptedChatModel(OfflineChatModel):
             yield AIMessageChunk("", additional_kwargs=message.additional_kwargs)
         if message.tool_calls:
             yield as_chunk(AIMessage("", tool_calls=message.tool_calls))
+        if message.usage_metadata:  # providers report usage in the stream's last chunk
+            yield AIMessageChunk("", usage_metadata=message.usage_metadata)

@@ -66,7 +66,7 @@ def ordinary_turn_works(graph, model, name: str, context=GROUP) -> None:
     )
     assert out["messages"][-1].content == "好"
     assert len(model.requests) == calls + 1
-    assert model.requests[-1].messages[-1].content == "下一句"
+    assert model.requests[-1].messages[-1].text == "下一句"
 
 
 # -- finding 1: a blank display name passed as the owner -------------------------------
@@ -99,11 +99,12 @@ def test_names_are_normalised_once_and_capped():
 # -- finding 2: a display name could write system text ---------------------------------
 
 
+@pytest.mark.parametrize("layout", ["seed", "cache"])
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
-def test_a_display_name_cannot_close_its_quote_or_start_a_line(provider):
+def test_a_display_name_cannot_close_its_quote_or_start_a_line(provider, layout):
     model = endless(provider)
     with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model), saver)
+        graph = build_graph(make_config(model, context_layout=layout), saver)
         turn = {"messages": [HumanMessage("hi", name=HOSTILE_NAME)]}
         graph.invoke(turn, thread("g"), context=GROUP)
     view = model.requests[-1].messages
@@ -184,13 +185,14 @@ IMAGES = {
 }
 
 
+@pytest.mark.parametrize("layout", ["seed", "cache"])
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 @pytest.mark.parametrize("case", list(IMAGES))
-def test_image_blocks_are_normalised_so_every_later_turn_renders(provider, case):
+def test_image_blocks_are_normalised_so_every_later_turn_renders(provider, case, layout):
     block, expected = IMAGES[case]
     model = endless(provider)
     with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model), saver)
+        graph = build_graph(make_config(model, context_layout=layout), saver)
         turn = {"messages": [HumanMessage(["看图", block], name="小明")]}
         graph.invoke(turn, thread("v"), context=GROUP)
         ordinary_turn_works(graph, model, "v")

@@ -56,11 +56,17 @@ STORED_ORDER = [
 
 
 def conversation_only(view) -> list:
-    return [(m.type, m.content) for m in view if not isinstance(m, SystemMessage)]
+    return [(m.type, m.text) for m in view if not isinstance(m, SystemMessage)]
 
 
-def test_openai_compatible_gets_the_exact_inline_rendering():
-    view = group_conversation(ScriptedChatModel(provider="openai"))
+# Without a time block, working memory or memories, both layouts send the same order; under
+# "cache" an Anthropic request also carries its `cache_control` marks.
+LAYOUTS = pytest.mark.parametrize("layout", ["seed", "cache"])
+
+
+@LAYOUTS
+def test_openai_compatible_gets_the_exact_inline_rendering(layout):
+    view = group_conversation(ScriptedChatModel(provider="openai"), context_layout=layout)
     payload = ChatOpenAI(model="gpt-4o-mini", api_key="offline")._get_request_payload(view)
     sent = [(m["role"], m.get("content") or "") for m in payload["messages"]]
     assert sent[2:] == [
@@ -79,8 +85,9 @@ def test_openai_compatible_gets_the_exact_inline_rendering():
     )
 
 
-def test_anthropic_gets_one_system_prompt_and_the_stored_order():
-    view = group_conversation(ScriptedChatModel(provider="anthropic"))
+@LAYOUTS
+def test_anthropic_gets_one_system_prompt_and_the_stored_order(layout):
+    view = group_conversation(ScriptedChatModel(provider="anthropic"), context_layout=layout)
     assert conversation_only(view) == STORED_ORDER
     assert [isinstance(m, SystemMessage) for m in view].count(True) == 1 and isinstance(
         view[0], SystemMessage
@@ -104,12 +111,17 @@ def test_anthropic_gets_one_system_prompt_and_the_stored_order():
     assert text.index("hi") < text.index("大家好") < text.index("几点了") < text.index("08:30")
 
 
+@LAYOUTS
 @pytest.mark.parametrize(
     ("provider", "override"),
     [("ollama", "auto"), ("google_genai", "auto"), ("scripted", "leading")],
 )
-def test_single_system_models_get_the_leading_encoding(provider, override):
-    view = group_conversation(SingleSystemModel(provider=provider), attribution_encoding=override)
+def test_single_system_models_get_the_leading_encoding(provider, override, layout):
+    view = group_conversation(
+        SingleSystemModel(provider=provider),
+        attribution_encoding=override,
+        context_layout=layout,
+    )
     assert conversation_only(view) == STORED_ORDER
     assert (
         isinstance(view[0], SystemMessage) and sum(isinstance(m, SystemMessage) for m in view) == 1

@@ -119,19 +119,30 @@ def build_reply(spec: ReplySpec, tokens: itertools.count) -> AIMessage:
 GRAPHS: dict[str, Any] = {}
 
 
-def graph_for(provider: str) -> tuple[Any, ReplayModel]:
-    """One graph per provider family over an in-memory saver; each example uses new threads."""
-    if provider not in GRAPHS:
+LAYOUTS = {"seed": {}, "cache": {"context_layout": "cache", "timezone": "UTC"}}
+"""The cache layout with a time block, so every request ends with the round's own blocks."""
+
+
+def graph_for(provider: str, layout: str) -> tuple[Any, ReplayModel]:
+    """One graph per provider family and layout over an in-memory saver; each example uses
+    new threads."""
+    if (provider, layout) not in GRAPHS:
         model = ReplayModel(provider=provider)
-        config = make_config(model, tools=[remember], max_rounds=MAX_ROUNDS, retry=None)
-        GRAPHS[provider] = (build_graph(config, InMemorySaver()), model)
-    return GRAPHS[provider]
+        config = make_config(
+            model, tools=[remember], max_rounds=MAX_ROUNDS, retry=None, **LAYOUTS[layout]
+        )
+        GRAPHS[provider, layout] = (build_graph(config, InMemorySaver()), model)
+    return GRAPHS[provider, layout]
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(provider=st.sampled_from(["openai", "anthropic"]), turns=TURNS)
-def test_no_reply_breaks_a_session_or_sends_an_unanswered_call(provider, turns):
-    graph, model = graph_for(provider)
+@given(
+    provider=st.sampled_from(["openai", "anthropic"]),
+    layout=st.sampled_from(list(LAYOUTS)),
+    turns=TURNS,
+)
+def test_no_reply_breaks_a_session_or_sends_an_unanswered_call(provider, layout, turns):
+    graph, model = graph_for(provider, layout)
     session = {"configurable": {"thread_id": str(uuid.uuid4())}}
     tokens = itertools.count()
     RAN.clear()

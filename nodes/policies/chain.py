@@ -14,7 +14,11 @@ built-in behaviour that the config switches on, then the caller's own
                     (not in graphs where `compact` is a step of its own)
     FallbackModels  around: each fallback gets the inner wrappers too, and the
                     compacted state
+    TokenAccounting around, inside the fallbacks: each call that returns counts
+                    once; outside the gate, which hands back the whole reply
     ThinkingKnobs   around: knobs in the called provider's spelling, the gate
+    PromptCacheBreakpoints  around: Anthropic's `cache_control` marks on the
+                    called model's copy of the view (`context_layout="cache"`)
     PersonaLabel    after
     ClosingResults  after: calls that must never run
     RoundLimit      after: calls past the last round
@@ -47,9 +51,11 @@ from nodes.policies.compaction import Compaction
 from nodes.policies.context_view import ContextView
 from nodes.policies.fallbacks import FallbackModels
 from nodes.policies.guards import Guardrails
+from nodes.policies.prompt_cache import PromptCacheBreakpoints
 from nodes.policies.replies import ClosingResults, PersonaLabel, StableCallIds
 from nodes.policies.round_limit import RoundLimit
 from nodes.policies.thinking import ThinkingKnobs
+from nodes.policies.token_accounting import TokenAccounting
 from nodes.policies.tool_offer import ToolOffer
 
 if TYPE_CHECKING:
@@ -71,7 +77,12 @@ def round_policies(loop: Loop) -> PolicyChain:
         chain.append(Compaction(loop))
     chain += [
         FallbackModels(loop, loop.fallback_models, config.retry),
+        TokenAccounting(),
         ThinkingKnobs(loop),
+    ]
+    if config.context_layout == "cache":
+        chain.append(PromptCacheBreakpoints(loop))
+    chain += [
         PersonaLabel(),
         ClosingResults(),
         RoundLimit(config.max_rounds),

@@ -36,7 +36,7 @@ from nodes.policies.base import CallModel, CallSteps, ModelRequest, Round, Round
 from nodes.protocols import Compactor
 from nodes.run_config import thread_id
 from nodes.state import ArchiveMark, LoopState, turn_of
-from nodes.view.assemble import leading_blocks, view_blocks, view_of_state, visible_conversation
+from nodes.view.assemble import round_blocks, view_blocks, view_of_state, visible_conversation
 from nodes.view.attribution import Speaker, describe_speaker, role_declaration, speaker_note
 from nodes.view.compaction import (
     StructuralCompactor,
@@ -46,6 +46,7 @@ from nodes.view.compaction import (
     token_counter,
     uncovered_start,
 )
+from nodes.view.layout import system_messages
 from nodes.view.sanitize import MAX_NAME_CHARS
 
 if TYPE_CHECKING:
@@ -105,8 +106,11 @@ def over_budget(
     message), and only when the bound passes it, the view itself."""
     persona_id = loop.persona_for(env)
     conversation = visible_conversation(state["messages"], state.get("summary"))
-    leading = leading_blocks(
+    blocks = round_blocks(
         loop, persona_id, working_memory=state.get("working_memory"), summary=state.get("summary")
+    )
+    leading = system_messages(
+        [blocks.instructions, blocks.time, blocks.working_memory, blocks.summary]
     )
     declaration, per_note = loop.remembered(
         ("note allowance", persona_id), lambda: note_allowance(loop, persona_id, count)

@@ -1,11 +1,14 @@
 """The model's view of the conversation, assembled fresh every round.
 
-Order (seed `assembleContext`, DESIGN §3): persona instructions (always the
-first system message), current time (only with a valid zone), working memory,
-memory block (retrieval re-run every round from the latest user text), the
-compaction summary when there is one, role declaration, then the conversation
-with speaker notes, then the caller's `transform_context(messages, round)`.
-Nothing here is written to the transcript.
+Blocks: persona instructions, current time (only with a valid zone), working
+memory, memory block (retrieval re-run every round from the latest user
+text), the compaction summary when there is one, role declaration, and the
+conversation with speaker notes. `LoopConfig.context_layout` places them
+(`nodes.view.layout`): by default in the seed's order (`assembleContext`,
+DESIGN §3, the instructions always the first system message), or with the
+blocks that change every round last. Then the caller's
+`transform_context(messages, round)`. Nothing here is written to the
+transcript.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
-from langchain_core.messages import BaseMessage, SystemMessage
+from langchain_core.messages import BaseMessage
 
 from memory.block import format_memory_block
 from nodes.env import SessionEnv
@@ -24,6 +27,7 @@ from nodes.state import LoopState
 from nodes.view.attribution import attribute_conversation
 from nodes.view.compaction import Summary, summary_message, uncovered_start
 from nodes.view.encoding import encode_for_provider, without_unsafe_names
+from nodes.view.layout import LAYOUTS, Blocks
 from nodes.view.transcript import current_round, is_hidden, latest_user_text
 
 if TYPE_CHECKING:
@@ -62,28 +66,24 @@ def memory_block(loop: Loop, env: SessionEnv, persona_id: str | None, query: str
     return format_memory_block(results, restricted=env.restricted)
 
 
-def leading_blocks(
+def round_blocks(
     loop: Loop,
     persona_id: str | None,
     *,
     working_memory: str | None,
     memory: str = "",
     summary: Summary | None = None,
-) -> list[BaseMessage]:
-    """The system blocks before the conversation, in the seed's order."""
+) -> Blocks:
+    """This round's system blocks as text, before the layout places them."""
     persona = loop.persona(persona_id)
-    blocks: list[BaseMessage] = []
-    if persona and persona.instructions:
-        blocks.append(SystemMessage(persona.instructions))
-    if loop.zone is not None:
-        blocks.append(SystemMessage(time_block(loop.now(), loop.zone)))
-    if working_memory:
-        blocks.append(SystemMessage(WORKING_MEMORY_PREFIX + working_memory))
-    if memory:
-        blocks.append(SystemMessage(memory))
-    if folded := summary_message(summary):
-        blocks.append(folded)
-    return blocks
+    folded = summary_message(summary)
+    return Blocks(
+        instructions=persona.instructions if persona else "",
+        time=time_block(loop.now(), loop.zone) if loop.zone is not None else "",
+        working_memory=WORKING_MEMORY_PREFIX + working_memory if working_memory else "",
+        memory=memory,
+        summary=str(folded.content) if folded else "",
+    )
 
 
 def visible_conversation(
@@ -111,13 +111,19 @@ def assemble_view(
     memory = (
         memory_block(loop, env, persona_id, latest_user_text(conversation)) if with_memory else ""
     )
-    leading = leading_blocks(
+    blocks = round_blocks(
         loop, persona_id, working_memory=working_memory, memory=memory, summary=summary
     )
     attribution = attribute_conversation(
         conversation, restricted=env.restricted, current=persona_id, display_name=loop.display_name
     )
-    view = encode_for_provider(loop.encoding_for(persona_id), leading, attribution)
+    placed = LAYOUTS[loop.config.context_layout](blocks, attribution)
+    view = encode_for_provider(
+        loop.encoding_for(persona_id),
+        placed.leading,
+        placed.attribution,
+        trailing=placed.trailing,
+    )
     if loop.provider_for(persona_id) == "openai":
         view = without_unsafe_names(view)
     return apply_transform(loop, view, current_round(messages) + 1) if with_transform else view

@@ -15,6 +15,11 @@ putting attribution into user or assistant text:
   caller stored in the transcript (`nodes.boundary.Trusted`) goes into the same
   leading message, keyed the same way (`第N条前：…`).
 
+The round's own blocks (time, working memory, memories) come after the
+conversation under `context_layout="cache"` (`nodes.view.layout`): as system
+messages with `inline`, as the loop's delimited round-state block with
+`leading`, announced in the leading system message.
+
 Names inside notes are already quoted by `nodes.view.attribution`, so no note can
 span lines: each index entry stays one line.
 """
@@ -29,6 +34,7 @@ from langchain_core.messages import BaseMessage, SystemMessage
 
 from memory.transcript import message_text
 from nodes.view.attribution import Attribution
+from nodes.view.layout import ROUND_STATE_NOTE, round_state_message
 from nodes.view.providers import Provider
 
 Encoding = Literal["inline", "leading"]
@@ -56,15 +62,23 @@ def without_unsafe_names(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
 
 
 def encode_for_provider(
-    encoding: Encoding, leading: Sequence[BaseMessage], attribution: Attribution
+    encoding: Encoding,
+    leading: Sequence[BaseMessage],
+    attribution: Attribution,
+    *,
+    trailing: Sequence[str] = (),
 ) -> list[BaseMessage]:
-    """Join leading blocks and the attributed conversation in the given encoding."""
+    """Join leading blocks, the attributed conversation and the `trailing` blocks in the
+    given encoding."""
     if encoding == "inline":
         declaration = [SystemMessage(attribution.declaration)] if attribution.declaration else []
-        return [*leading, *declaration, *attribution.conversation]
+        after = [SystemMessage(text) for text in trailing]
+        return [*leading, *declaration, *attribution.conversation, *after]
     texts = [str(m.content) for m in leading]
     if attribution.declaration:
         texts.append(attribution.declaration)
+    if trailing:
+        texts.append(ROUND_STATE_NOTE)
     conversation: list[BaseMessage] = []
     index_lines: list[str] = []
     system_lines: list[str] = []
@@ -80,4 +94,5 @@ def encode_for_provider(
     if system_lines:
         texts.append(SYSTEM_INDEX_HEADER + "\n" + "\n".join(system_lines))
     head = [SystemMessage("\n\n".join(texts))] if texts else []
-    return [*head, *conversation]
+    tail = [round_state_message(trailing)] if trailing else []
+    return [*head, *conversation, *tail]

@@ -25,6 +25,7 @@ from langchain_core.tools import tool
 
 from graph import LoopConfig, Persona, build_graph, open_checkpointer
 from memory import HashingEmbedding, MemoryItem, MemoryStore, Scope
+from tests.bench.cache import bench_cache_share
 from tests.bench.extraction import bench_extraction, bench_extraction_crashes
 from tests.bench.growth import bench_growth
 from tests.bench.memory import bench_recall, bench_updates, load_set
@@ -308,6 +309,8 @@ def main() -> None:
         bench_extraction(8.0 if args.quick else 20.0, 8 if args.quick else 20, folder)
         bench_parallel_tools()
         bench_checkpoint_growth(folder)
+        for cells in bench_cache_share(folder):  # cacheable share, seed and cache layouts
+            row(*cells)
         # Before the memory rows: their 100k items leave a heap that slows later timings.
         bench_compaction_view(repeat)
         bench_memory([1_000, 10_000] if args.quick else [1_000, 10_000, 100_000], folder, repeat)
