@@ -77,6 +77,12 @@ class Loop:
             jobs=BackgroundJobs(timeout=config.extraction_timeout),
         )
 
+    @property
+    def stages_before_model(self) -> bool:
+        """Whether a turn runs a stage before `call_model`: vision, compaction, the view step."""
+        config = self.config
+        return config.vision is not None or config.max_context_tokens > 0 or config.model_view_step
+
     # -- persona ---------------------------------------------------------
     def persona_for(self, env: SessionEnv) -> str | None:
         """DESIGN §3: the env's persona if known, else the default; restricted → default."""

@@ -277,3 +277,42 @@ async def test_async_merge_burst_and_reject():
     assert stored == ["a", *(f"b{i}" for i in range(5)), "c"]
     sent = ["a", *(f"b{i}" for i in range(5))]
     assert all(answers(s, i) for s, i in zip(states, sent, strict=True))
+
+
+def test_merge_and_presence_answer_a_burst_with_one_mention_once(held):
+    """A burst whose messages differ only in the platform's @-flag is one turn, answered
+    once because one of its messages mentions the persona; each keeps its speaker."""
+    model, graph = held.model, held.graph(group_reply="mentioned")
+    flagged = SessionEnv(actor="group", mentioned=True)
+
+    def send(message: HumanMessage, env: SessionEnv = GROUP) -> None:
+        graph.invoke({"messages": [message]}, thread("pm"), context=env)
+
+    held.begin(graph, "pm", HumanMessage("昔涟，先说一句", id="m0", name="甲"), send=send)
+    sent = [
+        ("m1", "哈哈", "乙", GROUP),
+        ("m2", "你觉得呢？", "丙", flagged),
+        ("m3", "好的", "丁", GROUP),
+    ]
+    workers = []
+    for i, (message_id, text, name, env) in enumerate(sent, start=1):
+        worker = threading.Thread(
+            target=send, args=(HumanMessage(text, id=message_id, name=name), env)
+        )
+        worker.start()
+        workers.append(worker)
+        until(lambda i=i: queued(graph, "pm") == i)
+    held.end()
+    for worker in workers:
+        worker.join()
+    assert len(model.requests) == 2, "the running turn, then one answer for the whole burst"
+    assert ("human", "你觉得呢？") in model.requests[1].texts
+    assert model.requests[1].messages[-1].content == "好的", "one turn took the whole burst"
+    assert [(m.id, m.name) for m in stored_humans(graph, "pm")] == [
+        ("m0", "甲"),
+        ("m1", "乙"),
+        ("m2", "丙"),
+        ("m3", "丁"),
+    ]
+    send(HumanMessage("收到", id="m4", name="乙"))
+    assert len(model.requests) == 2, "a message that mentions no one stays quiet"
