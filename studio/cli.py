@@ -129,7 +129,7 @@ def parser() -> argparse.ArgumentParser:
         "--keep", type=int, default=DEFAULT_KEEP, help="checkpoints kept per session"
     )
     prune.add_argument("sessions", nargs="*", help="sessions to prune (default: all)")
-    studio = command("studio", ("data",), help="serve the graph in LangGraph Studio")
+    studio = command("studio", ("data", "group_reply"), help="serve the graph in LangGraph Studio")
     studio.add_argument("--port", type=int, default=2024)
     memory = command("memory", MEMORY, help="manage long-term memory")
     add_memory_parser(memory, lambda action: _options(action, MEMORY, top=False))
@@ -196,7 +196,7 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.command == "studio":
         from studio.server import serve
 
-        return serve(data_folder(args.data, write=True), args.port)
+        return serve(data_folder(args.data, write=True), args.port, args.group_reply)
     return memory_command(args)
 
 

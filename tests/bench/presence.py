@@ -4,8 +4,10 @@
     python -m tests.bench.presence --quick    # 110 messages, to check that it runs
 
 One scripted group session of six speakers, replayed under each policy
-(`always`, `mentioned`, `judged` with the offline scorer) on a SQLite saver
-with compaction on, to a zero-latency model. About 10 % of the messages
+(`always`, `mentioned`, `judged` with the offline scorer) in the demo world's
+group setting (`studio.demo.demo_config`: restricted memory search, a
+compaction budget, the image describer, capacity tiers, the turn-end hook),
+to a zero-latency model, on the in-memory saver and on SQLite. About 10 % of the messages
 address the persona: by name, by nickname (Chinese and Latin), with and
 without an @, or only through the platform's flag (`SessionEnv(mentioned=True)`).
 The rest is chatter, questions to the room, questions to another member by
@@ -24,7 +26,6 @@ from __future__ import annotations
 import argparse
 import gc
 import random
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -33,12 +34,13 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage
 
-from graph import LoopConfig, Persona, SessionEnv, build_graph, open_checkpointer
+from graph import SessionEnv, build_graph, open_checkpointer
 from nodes.policies.presence import quiet_reason
+from studio.demo import demo_config
+from tests.bench.table import print_rows
 from tests.scripted import ScriptedChatModel
 
 Row = tuple[str, str, str, float | str, str]
-PERSONAS = {"xilian": Persona(name="昔涟", instructions="你是昔涟。", nicknames=("小昔", "Cyrene"))}
 SPEAKERS = ("小明", "小红", "Lily", "阿强", "昔涟", "小昔昔")
 """Six members: 昔涟 imitates the persona's name, 小昔昔 holds the nickname 小昔."""
 
@@ -54,7 +56,7 @@ ADDRESSED = (
     ("你怎么看？", True),
     ("这个你知道吗", True),
 )
-"""(text, platform flag): `{n}` is the persona's name, 昔涟."""
+"""(text, platform flag): `{n}` is the persona's name, 昔涟; 小昔 and Cyrene are its nicknames."""
 QUESTIONS = (
     "有人周末去爬山吗？",
     "今天晚上吃什么呢",
@@ -113,22 +115,16 @@ class Tally:
     cpu_answered: list[float] = field(default_factory=list)
 
 
-def replay(policy: str, lines: list[Line], url: str) -> tuple[Tally, int]:
+def replay(policy: str, lines: list[Line], folder: Path, url: str) -> tuple[Tally, int]:
     """Every line as one turn of one group session; returns the tally and model calls."""
     model = ScriptedChatModel(script=[AIMessage("嗯嗯。")] * (len(lines) + 1))
-    config = LoopConfig(
-        model=model,
-        personas=PERSONAS,
-        default_persona="xilian",
-        group_reply=policy,
-        max_context_tokens=2000,
-    )
+    config = demo_config(folder, model=model, group_reply=policy)
     tally = Tally()
-    with open_checkpointer(url) as saver:
-        graph = build_graph(config, saver)
-        thread = {"configurable": {"thread_id": "group"}}
-        gc.disable()
-        try:
+    try:
+        with open_checkpointer(url) as saver:
+            graph = build_graph(config, saver)
+            thread = {"configurable": {"thread_id": "group"}}
+            gc.disable()
             for line in lines:
                 gc.collect()
                 env = SessionEnv(actor="group", mentioned=line.flagged)
@@ -137,8 +133,10 @@ def replay(policy: str, lines: list[Line], url: str) -> tuple[Tally, int]:
                 state = graph.invoke({"messages": [message]}, thread, context=env)
                 spent = time.process_time() - started
                 count(tally, line, quiet_reason(state) is None, spent)
-        finally:
-            gc.enable()
+    finally:
+        gc.enable()
+        if config.memory is not None:
+            config.memory.close()
     return tally, len(model.requests)
 
 
@@ -156,55 +154,55 @@ def mean_ms(samples: list[float]) -> float:
     return sum(samples) / len(samples) * 1000 if samples else float("nan")
 
 
-def rows_for(policy: str, tally: Tally, calls: int, targets: dict[str, str]) -> list[Row]:
+def accuracy_row(policy: str, tally: Tally, calls: int) -> Row:
     hit = tally.answered_addressed / tally.addressed
     stray = tally.answered_other / tally.other
-    rows: list[Row] = [
-        (
-            f"presence `{policy}`: answered when addressed / when not",
-            f"{hit:.0%} / {stray:.0%}",
-            f"{tally.addressed} addressed, {tally.other} not",
-            f"{calls} model calls",
-            targets.get(policy, "reported"),
-        )
-    ]
-    if tally.cpu_quiet and tally.cpu_answered:
-        quiet, answered = mean_ms(tally.cpu_quiet), mean_ms(tally.cpu_answered)
-        rows.append(
-            (
-                f"  `{policy}`: CPU per quiet turn (ms)",
-                f"{quiet:.2f}",
-                f"answered turn {answered:.2f}",
-                quiet / answered,
-                "≤ 0.3×",
-            )
-        )
-    return rows
+    return (
+        f"presence `{policy}`: answered when addressed / when not",
+        f"{hit:.0%} / {stray:.0%}",
+        f"{tally.addressed} addressed, {tally.other} not",
+        f"{calls} model calls",
+        TARGETS.get(policy, "reported"),
+    )
+
+
+def cpu_row(policy: str, saver: str, tally: Tally) -> Row:
+    quiet, answered = mean_ms(tally.cpu_quiet), mean_ms(tally.cpu_answered)
+    return (
+        f"  `{policy}`: CPU per quiet turn, {saver} (ms)",
+        f"{quiet:.2f}",
+        f"answered turn {answered:.2f}",
+        quiet / answered,
+        "≤ 0.3×",
+    )
 
 
 TARGETS = {"mentioned": "100 % / 0 %", "judged": "≥ 95 % / ≤ 15 %"}
+SAVERS = (("in-memory saver", "memory"), ("SQLite saver", "sqlite"))
 
 
-def bench_presence(quick: bool, saver: str = "sqlite") -> list[Row]:
+def bench_presence(quick: bool) -> list[Row]:
     lines = script(110 if quick else 330)
-    rows: list[Row] = []
+    accuracy: list[Row] = []
+    cpu: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:
         for policy in ("always", "mentioned", "judged"):
-            url = "memory" if saver == "memory" else f"sqlite:///{Path(tmp)}/{policy}.db"
-            tally, calls = replay(policy, lines, url)
-            rows += rows_for(policy, tally, calls, TARGETS)
-    return rows
+            for saver, scheme in SAVERS:
+                folder = Path(tmp) / f"{policy}-{scheme}"
+                url = "memory" if scheme == "memory" else f"sqlite:///{folder}/checkpoints.db"
+                tally, calls = replay(policy, lines, folder, url)
+                if scheme == "memory":
+                    accuracy.append(accuracy_row(policy, tally, calls))
+                if tally.cpu_quiet:
+                    cpu.append(cpu_row(policy, saver, tally))
+    return accuracy + cpu
 
 
 def main(argv: Any = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--saver", choices=("sqlite", "memory"), default="sqlite")
     args = parser.parse_args(argv)
-    for name, ours, peer, ratio, target in bench_presence(args.quick, args.saver):
-        ratio_text = f"{ratio:.2f}×" if isinstance(ratio, float) else ratio
-        print(f"| {name} | {ours} | {peer} | {ratio_text} | {target} |")
-        sys.stdout.flush()
+    print_rows(bench_presence(args.quick))
 
 
 if __name__ == "__main__":
