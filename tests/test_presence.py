@@ -16,6 +16,7 @@ from graph import (
     open_checkpointer,
 )
 from nodes.policies.presence import quiet_reason
+from nodes.view.compaction import SUMMARY_PREFIX
 from studio.conversation import SUNSET_PNG
 from tests.conftest import PERSONAS, make_config, thread
 from tests.scripted import ScriptedChatModel, call
@@ -255,3 +256,23 @@ def test_studios_graph_shows_the_decision_as_a_node_update(tmp_path, monkeypatch
     assert [list(update) for update in quiet] == [["call_model"], ["finish_turn"]]
     decision = quiet[0]["call_model"]["presence"]
     assert decision["reply"] is False and decision["reason"].startswith("not addressed")
+
+
+def test_quiet_messages_past_the_budget_reach_the_answer_folded_with_their_speakers():
+    model = replies()
+    with open_checkpointer("memory") as saver:
+        graph = group_graph(saver, model, max_context_tokens=300)
+        for i in range(12):
+            say(graph, "g", f"第{i}条：今天的会议纪要在群文件里，大家记得看一下。", f"成员{i % 3}")
+        say(graph, "g", "昔涟，会议纪要在哪？", "小明")
+    [request] = model.requests
+    summary = next(text for kind, text in request.texts if SUMMARY_PREFIX in text)
+    assert "- 「成员0」：第0条" in summary, (
+        "the earliest quiet message is in the summary, by speaker"
+    )
+    humans = [text for kind, text in request.texts if kind == "human"]
+    assert 1 < len(humans) < 13, "the latest quiet messages stay whole; the rest is folded"
+    assert humans[-2:] == [
+        "第11条：今天的会议纪要在群文件里，大家记得看一下。",
+        "昔涟，会议纪要在哪？",
+    ]
