@@ -13,7 +13,9 @@ from nodes.env import SessionEnv
 from nodes.policies.base import ModelRequest, Reply, Round, RoundPolicy
 from nodes.policies.capacity import CapacityEvent, CapacityPolicy, Tier
 from nodes.policies.guards import Guard, KeywordGuard
+from nodes.policies.reply_judges import LLMReplyJudge, ReplyScorer
 from nodes.policies.tool_calls import AuditEvent, ToolHooks
+from nodes.protocols import Hearing, ReplyJudge, ReplyVerdict
 from nodes.state import LoopState, TurnInput
 
 __all__ = [
@@ -22,14 +24,19 @@ __all__ = [
     "CapacityPolicy",
     "GracefulStop",
     "Guard",
+    "Hearing",
     "JobStats",
     "KeywordGuard",
+    "LLMReplyJudge",
     "LoopConfig",
     "LoopState",
     "ModelRequest",
     "Persona",
     "PruneReport",
     "Reply",
+    "ReplyJudge",
+    "ReplyScorer",
+    "ReplyVerdict",
     "Round",
     "RoundPolicy",
     "SessionBusyError",

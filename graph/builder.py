@@ -10,6 +10,12 @@ START → resolve_vision → compact → assemble_context → call_model
 
 `call_model` retries transient provider errors (its `RetryPolicy`).
 
+With `LoopConfig.group_reply` other than "always", a group turn starts at
+`call_model`, whose first policy decides whether to answer
+(`nodes.policies.presence`): a quiet turn ends there (through `finish_turn`
+when a turn-end hook is set), an answered one goes back to the turn's first
+stage and then to the model.
+
 Stages with nothing to do (no vision describer, no token budget, no extractor,
 no turn-end hook) are routed around at build time, and so is `assemble_context`
 unless `LoopConfig.model_view_step` asks to watch each round's view: `call_model`
@@ -18,11 +24,13 @@ then assembles the view itself, one checkpoint per round fewer.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from langchain_core.messages import ToolCall
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore
 from langgraph.types import Send
 
@@ -32,10 +40,11 @@ from nodes.compact import make_compact
 from nodes.compat import RunnableCallable, reclass_compiled
 from nodes.config import LoopConfig
 from nodes.context import make_assemble_context
-from nodes.env import SessionEnv
+from nodes.env import SessionEnv, env_of
 from nodes.extraction import make_extract_memory
 from nodes.loop import Loop
 from nodes.model_call import make_call_model
+from nodes.policies.presence import after_decision
 from nodes.state import LoopState, TurnInput
 from nodes.tools import make_dispatch_tools
 from nodes.turn_end import make_finish_turn
@@ -66,10 +75,29 @@ def _sends(calls: list[ToolCall]) -> list[Send]:
     return [Send(DISPATCH, [call]) for call in calls]
 
 
-def route_after_model(sequential: bool, turn_end: str, round_start: str, max_rounds: int):
+@dataclass(frozen=True)
+class AfterDecision:
+    """Where a group turn goes once presence decided and no model was called."""
+
+    answer: str
+    """The turn's first stage: vision, compaction or the view, then the model."""
+    quiet: str
+    """`finish_turn` when a turn-end hook is set, else the end."""
+
+
+def route_after_model(
+    sequential: bool,
+    turn_end: str,
+    round_start: str,
+    max_rounds: int,
+    decided: AfterDecision | None = None,
+):
     def route_after_model(state: LoopState) -> list[Send] | str:
         """Run the requested tool calls; after calls the loop answered itself (cut off,
-        unparseable), let the model issue them again; otherwise end the turn."""
+        unparseable), let the model issue them again; after a group turn's decision, its
+        stages or its end; otherwise end the turn."""
+        if decided is not None and (step := after_decision(state)) is not None:
+            return decided.answer if step == "answer" else decided.quiet
         pending = pending_tool_calls(state["messages"])
         if pending:
             return _sends(pending[:1] if sequential else pending)
@@ -94,6 +122,16 @@ def fixed_route(target: str):
         return target
 
     return inline(route)
+
+
+def group_turn_start(turn_start: str):
+    """Presence on: a group turn starts at `call_model`, where it is decided whether it is
+    answered at all; any other session's turn starts at `turn_start`."""
+
+    def route_turn_start(state: FixedRouteInput, runtime: Runtime[SessionEnv]) -> str:
+        return CALL if env_of(runtime).actor == "group" else turn_start
+
+    return inline(route_turn_start)
 
 
 def route_after_tools(next_stage: str):
@@ -166,14 +204,17 @@ def build_graph(
     extracting = config.extractor is not None and config.memory is not None
     after_reply = EXTRACT if extracting else after_extract
     round_starts = [COMPACT, ASSEMBLE, CALL]
-    graph.add_conditional_edges(START, fixed_route(turn_start), [VISION, *round_starts])
+    presence = config.group_reply != "always"
+    start_route = group_turn_start(turn_start) if presence else fixed_route(turn_start)
+    graph.add_conditional_edges(START, start_route, [VISION, *round_starts])
     graph.add_conditional_edges(VISION, fixed_route(round_start), round_starts)
     graph.add_conditional_edges(COMPACT, fixed_route(view_stage), [ASSEMBLE, CALL])
     graph.add_edge(ASSEMBLE, CALL)
+    decided = AfterDecision(turn_start, after_extract) if presence else None
     graph.add_conditional_edges(
         CALL,
-        route_after_model(sequential, after_reply, round_start, config.max_rounds),
-        [DISPATCH, *round_starts, EXTRACT, FINISH, END],
+        route_after_model(sequential, after_reply, round_start, config.max_rounds, decided),
+        [DISPATCH, *([VISION] if presence else []), *round_starts, EXTRACT, FINISH, END],
     )
     if sequential:
         graph.add_conditional_edges(

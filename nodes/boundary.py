@@ -10,7 +10,8 @@ nothing of it is stored. What is admitted is normalised:
   turns into one: `"text"`, `("user", …)`, `{"role": "user", …}`,
   `{"type": "human", …}` — with non-empty text or content blocks of known
   types (`text`, `image`, `image_url`). Each is rebuilt from its content, name
-  and id alone, so a caller can't slip in the loop's own annotations.
+  and id alone, so a caller can't slip in the loop's own annotations. A
+  platform's mention (`SessionEnv(mentioned=True)`) is stamped on each of them.
 - **Images** become the one block shape every provider renders, or a text
   placeholder (`nodes.view.images`).
 - **Display names** are normalised (`nodes.view.sanitize.display_name`). In a group
@@ -47,11 +48,13 @@ from memory.text import clean_text, is_blank, single_line
 from memory.transcript import message_text
 from nodes.compat import inside_parent_run
 from nodes.env import SessionEnv
+from nodes.policies.mentions import MENTIONED
 from nodes.run_config import configurable
 from nodes.state import TurnInput
 from nodes.view.images import IMAGE_BLOCK_TYPES, MAX_IMAGE_BYTES, normalise_image
 from nodes.view.replies import usable_call_id
 from nodes.view.sanitize import UNNAMED_MEMBER, check_id, display_name
+from nodes.view.transcript import annotated
 
 TURN_KEYS = TurnInput.__required_keys__ | TurnInput.__optional_keys__
 _CONTEXT_IDS = ("persona_id", "session_id", "turn_id")
@@ -90,6 +93,9 @@ class Rules:
     """The application's own input (`Trusted`): system and assistant text allowed."""
     max_image_bytes: int = MAX_IMAGE_BYTES
     """Larger images become a placeholder before anything is stored."""
+    mentioned: bool = False
+    """The platform flagged the input as a mention (`SessionEnv.mentioned`): each human
+    message carries the flag (`MENTIONED`), so a merged burst keeps it per message."""
 
 
 def admit(
@@ -115,6 +121,7 @@ def admit(
         restricted=env is not None and env.restricted,
         trusted=isinstance(input, Trusted),
         max_image_bytes=max_image_bytes,
+        mentioned=env is not None and env.mentioned,
     )
     raw = input.input if isinstance(input, Trusted) else input
     if raw is None:
@@ -291,7 +298,8 @@ def admit_message(item: Any, where: str, rules: Rules) -> BaseMessage:
     if isinstance(message, HumanMessage):
         content = admit_content(message.content, where, max_image_bytes=rules.max_image_bytes)
         name = _third_party_name(message.name, rules.restricted)
-        return HumanMessage(content, name=name, id=message_id)
+        human = HumanMessage(content, name=name, id=message_id)
+        return annotated(human, **{MENTIONED: True}) if rules.mentioned else human
     if rules.trusted and isinstance(message, SystemMessage):
         text = admit_content(message.content, where, max_image_bytes=None)
         return SystemMessage(text, id=message_id)

@@ -9,6 +9,7 @@ the tests cover for the same reason (`DeltaChannel` is Beta).
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
@@ -31,6 +32,12 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import _DeltaSnapshot as DeltaSnapshot
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite._delta import (
+    DELTA_STAGE1_SQL,
+    build_delta_channels_writes_history,
+    build_delta_stage2_sql,
+)
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.pregel._retry import _should_retry_on as retry_policy_retries
 
@@ -39,6 +46,7 @@ __all__ = [
     "DeltaChannel",
     "DeltaSnapshot",
     "IncrementalMemorySaver",
+    "IncrementalSqliteSaver",
     "RunnableCallable",
     "chat_model_provider",
     "checkpointer_of",
@@ -115,7 +123,62 @@ def delta_snapshots(
     return snapshots
 
 
-class IncrementalMemorySaver(InMemorySaver):
+History = Mapping[str, DeltaChannelHistory]
+Known = tuple[str, History]
+"""A checkpoint id and the `DeltaChannel` histories loaded at it."""
+
+
+class _KnownHistories:
+    """What the incremental savers share: each thread's last loaded history (the newest
+    `capacity` threads), and a load that walks back only to it (`_since`, at most
+    `max_walk` checkpoints) before falling back to LangGraph's own walk."""
+
+    capacity = 1024
+    max_walk = 16
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._last: OrderedDict[tuple[Any, str], Known] = OrderedDict()
+        self._last_lock = threading.Lock()
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> History:
+        key = (config["configurable"]["thread_id"], config["configurable"].get("checkpoint_ns", ""))
+        target = get_checkpoint_id(config) or self._latest_id(config, key)
+        with self._last_lock:
+            known = self._last.get(key)
+        history = None
+        if target and channels and known is not None and set(channels) <= known[1].keys():
+            history = known[1] if known[0] == target else self._since(key, target, known)
+        if history is None:
+            history = super().get_delta_channel_history(  # type: ignore[misc]
+                config=config, channels=channels
+            )
+        if target:
+            with self._last_lock:
+                self._last[key] = (target, history)
+                self._last.move_to_end(key)
+                if len(self._last) > self.capacity:
+                    self._last.popitem(last=False)
+        return {c: {**history[c], "writes": list(history[c]["writes"])} for c in channels}
+
+    def _latest_id(self, config: RunnableConfig, key: tuple[Any, str]) -> str | None:
+        raise NotImplementedError
+
+    def _since(self, key: tuple[Any, str], target: str, known: Known) -> History | None:
+        """The history at `target`, walking back only to `known`'s checkpoint; None when the
+        walk does not reach it cleanly (LangGraph's own walk then loads it)."""
+        raise NotImplementedError
+
+    def delete_thread(self, thread_id: str) -> None:
+        super().delete_thread(thread_id)  # type: ignore[misc]
+        with self._last_lock:
+            for key in [k for k in self._last if str(k[0]) == str(thread_id)]:
+                del self._last[key]
+
+
+class IncrementalMemorySaver(_KnownHistories, InMemorySaver):
     """LangGraph's `InMemorySaver`, whose `DeltaChannel` loads cost what changed since the last.
 
     Loading a checkpoint rebuilds the transcript from the nearest snapshot and
@@ -127,44 +190,13 @@ class IncrementalMemorySaver(InMemorySaver):
     `max_walk`) is LangGraph's own.
     """
 
-    capacity = 1024
-    max_walk = 16
+    def _latest_id(self, config: RunnableConfig, key: tuple[Any, str]) -> str | None:
+        return max(self.storage.get(key[0], {}).get(key[1], {}), default=None)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._last: OrderedDict[tuple[Any, str], tuple[str, Mapping[str, DeltaChannelHistory]]]
-        self._last = OrderedDict()
-
-    def get_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        key = (config["configurable"]["thread_id"], config["configurable"].get("checkpoint_ns", ""))
+    def _since(self, key: tuple[Any, str], target: str, known: Known) -> History | None:
+        """Walking the ancestors as LangGraph does (a stored snapshot ends a channel's walk,
+        after that checkpoint's own writes), but ending at `known`'s checkpoint."""
         stored = self.storage.get(key[0], {}).get(key[1], {})
-        target = get_checkpoint_id(config) or max(stored, default="")
-        known = self._last.get(key)
-        history = None
-        if channels and known is not None and set(channels) <= known[1].keys():
-            history = known[1] if known[0] == target else self._since(key, stored, target, known)
-        if history is None:
-            history = super().get_delta_channel_history(config=config, channels=channels)
-        if target in stored:
-            self._last[key] = (target, history)
-            self._last.move_to_end(key)
-            if len(self._last) > self.capacity:
-                self._last.popitem(last=False)
-        return {c: {**history[c], "writes": list(history[c]["writes"])} for c in channels}
-
-    def _since(
-        self,
-        key: tuple[Any, str],
-        stored: Mapping[str, Any],
-        target: str,
-        known: tuple[str, Mapping[str, DeltaChannelHistory]],
-    ) -> dict[str, DeltaChannelHistory] | None:
-        """The history at `target` among the thread's `stored` checkpoints, walking its
-        ancestors as LangGraph does (a stored snapshot ends a channel's walk, after
-        that checkpoint's own writes), but ending at `known`'s checkpoint, whose
-        history is already at hand."""
         newer: dict[str, list] = {c: [] for c in known[1]}
         seeds: dict[str, Any] = {}
         entry = stored.get(target)
@@ -195,10 +227,65 @@ class IncrementalMemorySaver(InMemorySaver):
             current = stored[current][2]
         return None
 
-    def delete_thread(self, thread_id: str) -> None:
-        super().delete_thread(thread_id)
-        for key in [k for k in self._last if k[0] == thread_id]:
-            del self._last[key]
+
+class IncrementalSqliteSaver(_KnownHistories, SqliteSaver):
+    """LangGraph's `SqliteSaver`, whose `DeltaChannel` loads read what changed since the last.
+
+    LangGraph's own load walks back to the channel's last snapshot (up to 100
+    updates) and deserialises every message written since, on every turn: in a
+    long session that is most of a turn's CPU. This saver keeps each thread's
+    last history in the process (the newest `capacity` threads) and walks the
+    database only back to it, reading the few new checkpoints' writes. A walk
+    that meets a snapshot, passes `max_walk` checkpoints or loses the chain (a
+    pruned ancestor) is LangGraph's own. The rows are immutable once written,
+    so a history known for a checkpoint stays true, whichever process wrote it.
+    """
+
+    def _latest_id(self, config: RunnableConfig, key: tuple[Any, str]) -> str | None:
+        saved = self.get_tuple(config)
+        return get_checkpoint_id(saved.config) if saved is not None else None
+
+    def _since(self, key: tuple[Any, str], target: str, known: Known) -> History | None:
+        """`known`'s history plus the writes of the checkpoints from `known`'s up to
+        `target`'s parent; None past a snapshot (once per `snapshot_frequency` updates)."""
+        thread, namespace, channels = str(key[0]), key[1], list(known[1])
+        chain: list[str] = []
+        with self.cursor(transaction=False) as cur:
+            cur.execute(DELTA_STAGE1_SQL, (thread, namespace, target, thread, namespace))
+            for cid, type_tag, blob in cur:
+                if cid == target and not chain:
+                    chain.append(cid)  # the target itself: its own writes are not its history
+                    continue
+                if cid in chain or len(chain) > self.max_walk:
+                    return None
+                chain.append(cid)
+                values = self.serde.loads_typed((type_tag, blob)).get("channel_values") or {}
+                if any(channel in values for channel in channels):
+                    return None  # a snapshot on the way: LangGraph's walk starts from it
+                if cid == known[0]:
+                    break
+            else:
+                return None
+            walked = chain[1:]
+            cur.execute(
+                build_delta_stage2_sql(
+                    has_task_path=self._has_task_path, chain_lens=[len(walked)] * len(channels)
+                ),
+                [value for channel in channels for value in (thread, namespace, channel, *walked)],
+            )
+            rows = cur.fetchall()
+        newer = build_delta_channels_writes_history(
+            channels=channels,
+            chain_by_ch={channel: walked for channel in channels},
+            seed_val_by_ch={},
+            seeded=set(),
+            stage2_rows=rows,
+            serde=self.serde,
+        )
+        return {
+            c: {**known[1][c], "writes": [*known[1][c]["writes"], *newer[c]["writes"]]}
+            for c in channels
+        }
 
 
 def inside_parent_run(config: RunnableConfig | None) -> bool:

@@ -27,11 +27,12 @@ from nodes.policies.capacity import CapacityEvent, CapacityPolicy, repeated
 from nodes.policies.guards import Guard
 from nodes.policies.provider_errors import retry_policy
 from nodes.policies.tool_calls import AuditEvent, ToolHooks
-from nodes.protocols import Compactor, ImageDescriber
+from nodes.protocols import Compactor, ImageDescriber, ReplyJudge
 
 ModelLike = BaseChatModel | str
 DEFAULT_REFUSAL = "抱歉，这个话题我不能继续。"
 BusyPolicy = Literal["merge", "enqueue", "reject"]
+GroupReply = Literal["always", "mentioned", "judged"]
 
 
 RENAMED_FIELDS = {
@@ -86,6 +87,21 @@ class Persona(BaseModel):
     model: ModelLike | None = Field(
         default=None, description="Per-persona chat model; defaults to LoopConfig.model."
     )
+    nicknames: tuple[str, ...] = Field(
+        default=(),
+        description="Other names group members call the persona by; any of them in a message's text mentions it.",
+    )
+
+    @field_validator("nicknames", mode="before")
+    @classmethod
+    def _check_nicknames(cls, value: Any) -> tuple[str, ...]:
+        if isinstance(value, str):
+            raise ValueError("nicknames: expected a list of names, not a string")
+        names = tuple(value or ())
+        for index, name in enumerate(names):
+            if not isinstance(name, str) or not name.strip():
+                raise ValueError(f"nicknames[{index}]: expected a non-blank name, got {name!r}")
+        return tuple(name.strip() for name in names)
 
 
 class LoopConfig(BaseModel):
@@ -101,7 +117,7 @@ class LoopConfig(BaseModel):
     )
     personas: dict[str, Persona] = Field(
         default_factory=dict,
-        description="id → `Persona(name, instructions, thinking_budget, reasoning_effort, show_thinking, model)` — seed `Agents`, `PersonaName`, `PersonaKnobs`",
+        description="id → `Persona(name, instructions, thinking_budget, reasoning_effort, show_thinking, model, nicknames)` — seed `Agents`, `PersonaName`, `PersonaKnobs`",
     )
     default_persona: str | None = Field(
         default=None,
@@ -252,6 +268,14 @@ class LoopConfig(BaseModel):
         gt=0,
         description="seconds a message may wait for its session; then `SessionWaitTimeout` (a `TimeoutError`) and the message is not stored",
     )
+    group_reply: GroupReply = Field(
+        default="always",
+        description='which group-chat turns the companion answers: `"always"` (the seed); `"mentioned"`: a message names the persona or a nickname, or the platform says so (`SessionEnv(mentioned=True)`); `"judged"`: `reply_judge` decides. A quiet turn stores the message and calls no model; owner and stranger chats always answer',
+    )
+    reply_judge: ReplyJudge | None = Field(
+        default=None,
+        description='with `group_reply="judged"`: a `ReplyJudge` (`ReplyScorer()`, offline, when unset; `LLMReplyJudge(model)`)',
+    )
 
     _refuse_unknown = model_validator(mode="before")(refuse_unknown_fields)
 
@@ -307,6 +331,10 @@ class LoopConfig(BaseModel):
             raise ValueError(f"restricted_tools: {unknown} are not among the configured tools")
         if self.capacity is not None:
             self.capacity.check_tools(self.tool_names)
+        if self.reply_judge is not None and self.group_reply != "judged":
+            raise ValueError(
+                f"reply_judge: only used with group_reply='judged' (it is {self.group_reply!r})"
+            )
         return self
 
     @property

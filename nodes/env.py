@@ -42,6 +42,10 @@ class SessionEnv(BaseModel):
         default=None,
         description="Inbound message id for memory provenance; defaults to the last human message id.",
     )
+    mentioned: bool = Field(
+        default=False,
+        description="The platform says this input mentions the companion (an @-mention it resolved); a group chat's group_reply answers it.",
+    )
 
     @property
     def restricted(self) -> bool:

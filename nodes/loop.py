@@ -89,6 +89,12 @@ class Loop:
             archives=archives,
         )
 
+    @property
+    def stages_before_model(self) -> bool:
+        """Whether a turn runs a stage before `call_model`: vision, or the view step (which
+        also makes compaction a step of its own)."""
+        return self.config.vision is not None or self.config.model_view_step
+
     # -- persona ---------------------------------------------------------
     def persona_for(self, env: SessionEnv) -> str | None:
         """DESIGN §3: the env's persona if known, else the default; restricted → default."""

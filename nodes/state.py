@@ -43,7 +43,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES, Messages, add_messages
 
 from nodes.compat import DeltaChannel
 from nodes.view.compaction import Summary
-from nodes.view.transcript import close_interrupted_calls, last_reply_index, turn_number
+from nodes.view.transcript import close_interrupted_calls, open_calls_start, turn_number
 
 
 def merge_transcript(current: list[BaseMessage], writes: Sequence[Messages]) -> list[BaseMessage]:
@@ -75,7 +75,7 @@ def merge_transcript(current: list[BaseMessage], writes: Sequence[Messages]) -> 
             return close_interrupted_calls(merged)
     # `current` is already closed, so only the calls of its last reply can be left
     # open: closing starts there.
-    start = last_reply_index(current)
+    start = open_calls_start(current)
     tail = merged[start:]
     closed = close_interrupted_calls(tail)
     return merged if closed is tail else [*merged[:start], *closed]
@@ -188,6 +188,17 @@ class TokenUsage(TypedDict):
     """The sum over every call of the session."""
 
 
+class PresenceRecord(TypedDict):
+    """Whether the companion answers a group turn, and why (`nodes.policies.presence`)."""
+
+    reply: bool
+    reason: str
+    heard: str | None
+    """Id of the newest message the decision heard: the turn it belongs to."""
+    policy: str
+    """`LoopConfig.group_reply` when it was made (`"mentioned"` or `"judged"`)."""
+
+
 class LoopState(TypedDict):
     """Checkpointed per-thread state."""
 
@@ -208,6 +219,8 @@ class LoopState(TypedDict):
     """Tokens used per call, per turn and per session (absent until a provider reports any)."""
     pending_extractions: NotRequired[list[PendingExtraction]]
     """Background extractions not yet seen done or lost (see `nodes.extraction`)."""
+    presence: NotRequired[PresenceRecord]
+    """The latest group turn's decision to answer or stay quiet (group_reply other than always)."""
     model_view: NotRequired[Annotated[list[AnyMessage], UntrackedValue(list)]]
     """The assembled model input of the current round (not checkpointed)."""
 

@@ -26,7 +26,7 @@ from nodes.loop import Loop
 from nodes.protocols import ImageDescriber
 from nodes.state import LoopState
 from nodes.view.images import ImageError, image_ref, is_image_block, placeholder
-from nodes.view.transcript import annotated, turn_start
+from nodes.view.transcript import annotated, unanswered_start
 
 log = logging.getLogger("cyrene.vision")
 
@@ -85,13 +85,14 @@ def make_resolve_vision(loop: Loop):
     describe = None if vision is None or model_accepts_images(loop) else describer_for(vision)
 
     def resolve_vision(state: LoopState, config: RunnableConfig) -> dict[str, Any]:
-        """Fold this turn's images into text descriptions when the model can't see them."""
+        """Fold the images of the messages since the last reply (this turn's, a merged
+        burst's, a group's quiet turns') into text when the model can't see them."""
         if describe is None:
             return {}
         messages = state["messages"]
         cache = dict(state.get("image_descriptions") or {})
         updated: list[BaseMessage] = []
-        for message in messages[turn_start(messages) :]:
+        for message in messages[unanswered_start(messages) :]:
             if (
                 isinstance(message, HumanMessage)
                 and isinstance(message.content, list)

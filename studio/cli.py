@@ -3,6 +3,7 @@
 cyrene demo                         the offline demo conversation (the main job)
 cyrene run "你好" --session s1       one turn, reply printed (streamed)
 cyrene chat --persona aglaea        interactive; /persona ID, /actor owner|group|stranger, /quit
+cyrene chat --actor group --name 小明 --group-reply mentioned   a group that is answered when it names her
 cyrene resume s1                    finish a turn a crash, a failure or a signal interrupted
 cyrene history s1                   the session's transcript, with speakers and token totals
 cyrene memory add|search|list|forget|import|export|reindex
@@ -31,7 +32,7 @@ from graph.builder import build_graph
 from graph.shutdown import GracefulStop, StopRequested
 from graph.storage.retention import DEFAULT_KEEP, prune_checkpoints
 from memory.transcript import message_text
-from nodes.config import LoopConfig
+from nodes.config import GroupReply, LoopConfig
 from nodes.env import Actor
 from nodes.view.sanitize import check_id
 from studio.cli_memory import add_memory_parser, memory_command
@@ -50,6 +51,7 @@ from studio.cli_text import one_line, visible
 from studio.demo_model import DemoChatModel
 
 ACTORS: tuple[str, ...] = get_args(Actor)
+GROUP_REPLIES: tuple[str, ...] = get_args(GroupReply)
 SIGINT_EXIT = 130
 TURN_COMMANDS = ("demo", "run", "chat", "resume")
 
@@ -78,13 +80,22 @@ def _options(parser: argparse.ArgumentParser, names: tuple[str, ...], top: bool)
         "persona": (("--persona",), {"default": default(None), "help": "persona to answer as"}),
         "actor": (("--actor",), {"default": default("owner"), "choices": ACTORS}),
         "name": (("--name",), {"default": default(None), "help": "third-party display name"}),
+        "group_reply": (
+            ("--group-reply",),
+            {
+                "default": default(None),
+                "choices": GROUP_REPLIES,
+                "help": "which group turns are answered (always; mentioned: the persona's "
+                "name or a nickname in the text; judged: the offline scorer)",
+            },
+        ),
     }
     for name in names:
         flags, kwargs = specs[name]
         parser.add_argument(*flags, **kwargs)
 
 
-ALL = ("data", "checkpoint", "model", "session", "persona", "actor", "name")
+ALL = ("data", "checkpoint", "model", "session", "persona", "actor", "name", "group_reply")
 TURN = ("data", "checkpoint", "model", "persona", "actor", "name")
 MEMORY = ("data", "persona")
 
@@ -101,7 +112,10 @@ def parser() -> argparse.ArgumentParser:
         _options(made, options, top=False)
         return made
 
-    command("demo", ("data", "checkpoint", "model"), help="run the offline demo conversation")
+    demo = command(
+        "demo", ("data", "checkpoint", "model"), help="run the offline demo conversation"
+    )
+    demo.set_defaults(group_reply="mentioned")  # its group chat shows a quiet turn
     command("chat", ALL, help="interactive chat")
     command("run", ALL, help="one turn").add_argument("text")
     command("resume", TURN, help="finish an interrupted turn").add_argument("session_id")
@@ -115,7 +129,7 @@ def parser() -> argparse.ArgumentParser:
         "--keep", type=int, default=DEFAULT_KEEP, help="checkpoints kept per session"
     )
     prune.add_argument("sessions", nargs="*", help="sessions to prune (default: all)")
-    studio = command("studio", ("data",), help="serve the graph in LangGraph Studio")
+    studio = command("studio", ("data", "group_reply"), help="serve the graph in LangGraph Studio")
     studio.add_argument("--port", type=int, default=2024)
     memory = command("memory", MEMORY, help="manage long-term memory")
     add_memory_parser(memory, lambda action: _options(action, MEMORY, top=False))
@@ -182,7 +196,7 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.command == "studio":
         from studio.server import serve
 
-        return serve(data_folder(args.data, write=True), args.port)
+        return serve(data_folder(args.data, write=True), args.port, args.group_reply)
     return memory_command(args)
 
 

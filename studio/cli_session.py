@@ -31,6 +31,7 @@ from graph.shutdown import GracefulStop, StopRequested, run_turn
 from memory import MemoryStore
 from memory.transcript import message_text
 from nodes.env import SessionEnv
+from nodes.policies.presence import quiet_reason
 from nodes.view.sanitize import check_id
 from studio.cli_storage import (
     EXIT_NOT_FOUND,
@@ -57,11 +58,21 @@ def resume_command(thread: str) -> str:
 
 
 def last_reply_id(messages: Sequence[BaseMessage]) -> str:
-    """The id of the last finished reply: where in the transcript a new message lands."""
+    """The id of the last finished reply."""
     for message in reversed(messages):
         if isinstance(message, AIMessage) and not message.tool_calls:
             return message.id or ""
     return ""
+
+
+def anchor_id(before: StateSnapshot) -> str:
+    """Where in the transcript a new message lands: after the last finished turn. A quiet
+    group turn is finished too, so the same words said again are a new message; a failed
+    or interrupted turn is not, so sending them again replaces the stored one."""
+    messages = before.values.get("messages", [])
+    if messages and not before.next:
+        return messages[-1].id or ""
+    return last_reply_id(messages)
 
 
 def message_id(
@@ -115,8 +126,9 @@ class Session(AbstractContextManager["Session"]):
             model, is_demo = demo_model(args.model)
             if is_demo:
                 print(DEMO_NOTICE, file=sys.stderr)
+        reply = {"group_reply": args.group_reply} if getattr(args, "group_reply", None) else {}
         with memory_errors(args.data):
-            self.config = demo_config(args.data, model=model)
+            self.config = demo_config(args.data, model=model, **reply)
         self.url = checkpoint_url(args.checkpoint, args.data)
 
     def close(self) -> None:
@@ -133,13 +145,20 @@ class Session(AbstractContextManager["Session"]):
             resume_extractions(self.config, saver)  # what a stopped run left pending
             yield build_graph(self.config, saver)
 
-    def env(self, actor: str | None = None, persona: str | None = None) -> SessionEnv:
+    def env(
+        self, actor: str | None = None, persona: str | None = None, mentioned: bool = False
+    ) -> SessionEnv:
         return SessionEnv.model_validate(
-            {"actor": actor or self.args.actor, "persona_id": persona or self.args.persona}
+            {
+                "actor": actor or self.args.actor,
+                "persona_id": persona or self.args.persona,
+                "mentioned": mentioned,
+            }
         )
 
     def turn(self, graph: Any, text: Content | None, thread: str, env: SessionEnv) -> str:
-        """Run (or resume, when text is None) one turn, streaming the reply; returns it.
+        """Run (or resume, when text is None) one turn, streaming the reply; returns it
+        ('' for a group turn that stayed quiet: the reason is printed instead).
 
         `text` is a string or a list of content blocks (text, images).
 
@@ -180,8 +199,12 @@ class Session(AbstractContextManager["Session"]):
                 f"stopped; the turn is saved — `{resume_command(thread)}` finishes it",
                 self.stop.exit_code,
             )
-        reply = message_text(graph.get_state(config).values["messages"][-1])
-        if not printer.streamed:
+        state = graph.get_state(config).values
+        quiet = quiet_reason(state)
+        reply = "" if quiet is not None else message_text(state["messages"][-1])
+        if quiet is not None:
+            print(f"（没有回应：{visible(quiet)}）")
+        elif not printer.streamed:
             print(visible(reply))
         self.stop.drain(EXTRACTION_TIMEOUT)
         if self.stop.signum is not None:  # it came during the last step: the turn is whole
@@ -192,7 +215,7 @@ class Session(AbstractContextManager["Session"]):
         self, before: StateSnapshot, content: Content, thread: str, env: SessionEnv
     ) -> HumanMessage:
         name = self.args.name if env.restricted else None
-        anchor = last_reply_id(before.values.get("messages", []))
+        anchor = anchor_id(before)
         return HumanMessage(content, name=name, id=message_id(thread, env, name, content, anchor))
 
 

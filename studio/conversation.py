@@ -2,8 +2,10 @@
 
 An owner session with persona switch, a tool call, a remembered fact and a
 photo (described offline); a group chat with a third party, a denied tool and
-attribution questions; after each, the mood the turn-end hook gave and what
-compaction folded; then what memory holds. Everything persists under the data
+attribution questions, answered when it addresses 昔涟 (`group_reply="mentioned"`:
+the platform's @-mention, or her name in the text) and quiet otherwise; after
+each, the mood the turn-end hook gave and what compaction folded; then what
+memory holds. Everything persists under the data
 folder, so running it again continues the same sessions.
 """
 
@@ -31,11 +33,15 @@ OWNER_SCRIPT: tuple[tuple[str, str | list[Any]], ...] = (
     ("xilian", "今天工作好累，有点烦。"),
     ("xilian", PHOTO),
 )
-GROUP_SCRIPT = (
-    ("小明", "大家好！请问现在几点？"),
-    ("小明", "帮我用 take_note 记一下：明天开会"),
-    (None, "刚才谁说了「大家好」？"),
+GROUP_SCRIPT: tuple[tuple[str | None, str, bool], ...] = (
+    ("小明", "大家好！请问现在几点？", True),
+    ("小明", "帮我用 take_note 记一下：明天开会", True),
+    (None, "刚才谁说了「大家好」？", True),
+    ("小红", "周末有人一起去爬山吗？", False),
+    ("小红", "昔涟也一起来吧？", False),
 )
+"""(speaker, text, whether the platform flagged it as an @-mention of 昔涟): the last
+two show a quiet turn, then one answered because her name is in the text."""
 
 
 def _say(who: str, content: str | list[Any]) -> None:
@@ -68,11 +74,11 @@ def run_demo(session: Any) -> int:
             session.turn(graph, text, "demo-owner", session.env("owner", persona))
         _stages(graph, "demo-owner", budget)
         print("\n== 群聊 demo-group（第三方发言带昵称，主人不带） ==")
-        for name, text in GROUP_SCRIPT:
+        for name, text, mentioned in GROUP_SCRIPT:
             args.name = name
-            _say(name or "主人", text)
+            _say(f"{name or '主人'}{'（@昔涟）' if mentioned else ''}", text)
             print("  昔涟：", end="")
-            session.turn(graph, text, "demo-group", session.env("group", None))
+            session.turn(graph, text, "demo-group", session.env("group", None, mentioned))
         _stages(graph, "demo-group", budget)
     store = session.config.memory
     print("\n== 记忆 ==")

@@ -30,6 +30,8 @@ from studio.demo_model import DemoChatModel
 DEFAULT_DATA = Path(".cyrene")
 DATA_ENV = "CYRENE_DATA"
 MODEL_ENV = "CYRENE_MODEL"
+GROUP_REPLY_ENV = "CYRENE_GROUP_REPLY"
+"""Studio's `group_reply` (`cyrene studio --group-reply`); unset, the demo world's `always`."""
 # Estimated tokens (LangChain's chars/4 estimate, as the demo model has no
 # tokenizer). The first turns of a chat stay under it; `cyrene demo` crosses it
 # on the owner chat's sixth turn and the group chat's third, a Studio chat of
@@ -41,6 +43,7 @@ PERSONAS = {
         name="昔涟",
         instructions="你是昔涟，温柔、好奇，说话轻快，喜欢用比喻。你是主人的陪伴者。",
         reasoning_effort="low",
+        nicknames=("小昔", "Cyrene"),
     ),
     "aglaea": Persona(
         name="阿格莱雅",

@@ -6,7 +6,8 @@ what langgraph.json's `checkpointer.path` points at, so Studio's checkpoints
 land in our SQLite file under the data folder and survive a server restart.
 
 The data folder is `$CYRENE_DATA` (default `./.cyrene`); the model is
-`$CYRENE_MODEL` when set, else the offline demo model.
+`$CYRENE_MODEL` when set, else the offline demo model; `$CYRENE_GROUP_REPLY`
+sets `group_reply` (`cyrene studio --group-reply mentioned`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from graph.extractions import aresume_extractions
 from graph.runs import CyreneGraph
 from graph.storage.checkpoint import open_checkpointer
 from nodes.config import LoopConfig
-from studio.demo import DATA_ENV, DEFAULT_DATA, demo_config, demo_model
+from studio.demo import DATA_ENV, DEFAULT_DATA, GROUP_REPLY_ENV, demo_config, demo_model
 
 
 def data_folder() -> Path:
@@ -35,7 +36,9 @@ def make_config(**overrides: Any) -> LoopConfig:
     """The demo world over the data folder, with every stage of DESIGN §3 its own step
     (Studio shows each round's model view as `assemble_context`'s update)."""
     model, _ = demo_model()
-    return demo_config(data_folder(), model=model, model_view_step=True, **overrides)
+    reply = os.environ.get(GROUP_REPLY_ENV)
+    settings = {"model_view_step": True, **({"group_reply": reply} if reply else {}), **overrides}
+    return demo_config(data_folder(), model=model, **settings)
 
 
 def make_graph(config: LoopConfig) -> CyreneGraph:

@@ -7,7 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from studio.demo import DATA_ENV
+from studio.demo import DATA_ENV, GROUP_REPLY_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -35,11 +35,12 @@ def dev_command(port: int) -> list[str]:
     ]
 
 
-def dev_env(data: Path) -> dict[str, str]:
-    return {**os.environ, **OFFLINE_ENV, DATA_ENV: str(Path(data).resolve())}
+def dev_env(data: Path, group_reply: str | None = None) -> dict[str, str]:
+    reply = {GROUP_REPLY_ENV: group_reply} if group_reply else {}
+    return {**os.environ, **OFFLINE_ENV, DATA_ENV: str(Path(data).resolve()), **reply}
 
 
-def serve(data: Path, port: int) -> int:
+def serve(data: Path, port: int, group_reply: str | None = None) -> int:
     """Become the dev server (exec), so Ctrl-C and signals reach it directly."""
     if not (REPO / "langgraph.json").exists():
         print(
@@ -53,5 +54,5 @@ def serve(data: Path, port: int) -> int:
         f"Studio: https://smith.langchain.com/studio/?baseUrl=http://127.0.0.1:{port}", flush=True
     )
     os.chdir(REPO)
-    os.execve(command[0], command, dev_env(data))
+    os.execve(command[0], command, dev_env(data, group_reply))
     return 0  # not reached

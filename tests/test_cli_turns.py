@@ -114,3 +114,28 @@ def test_a_busy_session_is_one_line_and_stores_nothing(tmp_path, capsys, monkeyp
     assert busy.code == 2
     assert "session 's' is busy" in one_line_error(busy)
     assert humans(capsys, tmp_path, "s") == ["先来"]
+
+
+def test_group_reply_mentioned_answers_a_group_only_when_it_names_her(tmp_path, capsys):
+    model = ScriptedChatModel(script=[AIMessage("在呢")])
+    group = ("--session", "g", "--actor", "group", "--name", "小明", "--data", str(tmp_path))
+    quiet = [cyrene(capsys, "run", "哈哈", *group, "--group-reply", "mentioned", model=model)]
+    quiet.append(cyrene(capsys, "--group-reply", "mentioned", "run", "哈哈", *group, model=model))
+    named = cyrene(capsys, "run", "昔涟在吗", *group, "--group-reply", "mentioned", model=model)
+    always = cyrene(
+        capsys, "run", "哈哈", *group, model=ScriptedChatModel(script=[AIMessage("嗯")])
+    )
+    assert [q.out for q in quiet] == [
+        "（没有回应：not addressed (no name, nickname or platform mention)）\n"
+    ] * 2
+    assert named.out == "在呢\n" and len(model.requests) == 1
+    assert always.out == "嗯\n", "without the option, the demo world answers every group turn"
+    history = cyrene(capsys, "history", "g", "--data", str(tmp_path)).out.splitlines()
+    assert [line.split() for line in history] == [
+        ["human(小明)", "哈哈"],
+        ["human(小明)", "哈哈"],
+        ["human(小明)", "昔涟在吗"],
+        ["ai", "在呢"],
+        ["human(小明)", "哈哈"],
+        ["ai", "嗯"],
+    ], "the same words said again after a quiet turn are a new message"

@@ -13,6 +13,7 @@ from typing import Annotated
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
@@ -152,22 +153,32 @@ def test_a_delta_channel_value_can_be_rebuilt_and_stored_as_a_snapshot():
     )
 
 
-def test_the_incremental_memory_saver_loads_what_langgraphs_walk_loads(monkeypatch):
-    """Its shortcut (walk back only to the thread's last load) returns LangGraph's own
+@pytest.fixture(params=["memory", "sqlite"])
+def incremental_saver(request, tmp_path):
+    """Each incremental saver, with the class whose own walk it shortcuts."""
+    if request.param == "memory":
+        yield compat.IncrementalMemorySaver(), InMemorySaver
+        return
+    with compat.IncrementalSqliteSaver.from_conn_string(str(tmp_path / "c.db")) as saver:
+        yield saver, SqliteSaver
+
+
+def test_the_incremental_savers_load_what_langgraphs_walk_loads(monkeypatch, incremental_saver):
+    """Their shortcut (walk back only to the thread's last load) returns LangGraph's own
     history at every checkpoint: past a snapshot, for older checkpoints, after a fork,
     and for a thread deleted and started again."""
-    full_walk = InMemorySaver.get_delta_channel_history
+    saver, base = incremental_saver
+    full_walk = base.get_delta_channel_history
     full_walks = []
 
     def counted(self, **kwargs):
         full_walks.append(kwargs["config"])
         return full_walk(self, **kwargs)
 
-    monkeypatch.setattr(InMemorySaver, "get_delta_channel_history", counted)
+    monkeypatch.setattr(base, "get_delta_channel_history", counted)
     graph = StateGraph(_DeltaState)
     graph.add_node("echo", lambda s: {"messages": [AIMessage(f"#{len(s['messages'])}")]})
     graph.add_edge(START, "echo")
-    saver = compat.IncrementalMemorySaver()
     app = graph.compile(checkpointer=saver)
     config = {"configurable": {"thread_id": "t"}}
 
@@ -181,7 +192,10 @@ def test_the_incremental_memory_saver_loads_what_langgraphs_walk_loads(monkeypat
         ours, theirs = both(config)
         assert ours == theirs, f"turn {turn}: the incremental history differs from LangGraph's"
     assert "seed" in both(config)[1]["messages"], "the session crossed a snapshot"
-    assert len(full_walks) == 1, "after the first load, each turn's load walked only its own steps"
+    snapshots_restart = 0 if base is InMemorySaver else 1  # SQLite's own walk starts at one
+    assert len(full_walks) == 1 + snapshots_restart, (
+        "after the first load, each turn's load walked only its own steps"
+    )
     older = [s.config for s in app.get_state_history(config)]
     for at in older[::7]:
         ours, theirs = both(at)

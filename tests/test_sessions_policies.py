@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
@@ -45,6 +46,20 @@ def held() -> Iterator[HeldTurn]:
 GROUP = SessionEnv(actor="group")
 
 
+def while_held(held: HeldTurn, graph, name: str, sends: list[Callable[[], object]]) -> None:
+    """Each send on a thread of its own while the held turn runs, queued in this order;
+    then the held turn ends, and every send is waited for."""
+    workers = []
+    for i, send in enumerate(sends, start=1):
+        worker = threading.Thread(target=send)
+        worker.start()
+        workers.append(worker)
+        until(lambda i=i: queued(graph, name) == i)  # arrival order is the order sent
+    held.end()
+    for worker in workers:
+        worker.join()
+
+
 def burst(graph, held: HeldTurn, name: str):
     """One turn starts; five group members write while it runs; then it finishes."""
     results: dict[str, object] = {}
@@ -56,17 +71,8 @@ def burst(graph, held: HeldTurn, name: str):
             results[message.id] = exc
 
     held.begin(graph, name, HumanMessage("先说一句", id="m0", name="甲"), send=send)
-    workers = []
-    for i in range(1, 6):
-        worker = threading.Thread(
-            target=send, args=(HumanMessage(f"插话{i}", id=f"m{i}", name=f"成员{i}"),)
-        )
-        worker.start()
-        workers.append(worker)
-        until(lambda i=i: queued(graph, name) == i)  # arrival order is the order sent
-    held.end()
-    for worker in workers:
-        worker.join()
+    messages = [HumanMessage(f"插话{i}", id=f"m{i}", name=f"成员{i}") for i in range(1, 6)]
+    while_held(held, graph, name, [partial(send, m) for m in messages])
     return results
 
 
@@ -116,20 +122,20 @@ def test_only_calls_with_the_same_context_merge(held):
         ("c", "乙", GROUP),
     ]
     held.begin(graph, "mix", HumanMessage("先", id="0"))
-    workers = []
-    for i, (message_id, name, env) in enumerate(sent, start=1):
-        message = HumanMessage(f"消息{message_id}", id=message_id, name=name)
-        worker = threading.Thread(
-            target=graph.invoke,
-            args=({"messages": [message]}, thread("mix")),
-            kwargs={"context": env},
-        )
-        worker.start()
-        workers.append(worker)
-        until(lambda i=i: queued(graph, "mix") == i)
-    held.end()
-    for worker in workers:
-        worker.join()
+    while_held(
+        held,
+        graph,
+        "mix",
+        [
+            partial(
+                graph.invoke,
+                {"messages": [HumanMessage(f"消息{message_id}", id=message_id, name=name)]},
+                thread("mix"),
+                context=env,
+            )
+            for message_id, name, env in sent
+        ],
+    )
     stored = [m.id for m in stored_humans(graph, "mix")]
     turns = [[m.content for m in r.messages if m.type == "human"][-2:] for r in model.requests[1:]]
     assert turns == [["消息a", "消息c"], ["消息c", "消息b"]], "a and c in one turn, then b"
@@ -277,3 +283,37 @@ async def test_async_merge_burst_and_reject():
     assert stored == ["a", *(f"b{i}" for i in range(5)), "c"]
     sent = ["a", *(f"b{i}" for i in range(5))]
     assert all(answers(s, i) for s, i in zip(states, sent, strict=True))
+
+
+def test_merge_and_presence_answer_a_burst_with_one_mention_once(held):
+    """A burst whose messages differ only in the platform's @-flag is one turn, answered
+    once because one of its messages mentions the persona; each keeps its speaker."""
+    model, graph = held.model, held.graph(group_reply="mentioned")
+    flagged = SessionEnv(actor="group", mentioned=True)
+
+    def send(message: HumanMessage, env: SessionEnv = GROUP) -> None:
+        graph.invoke({"messages": [message]}, thread("pm"), context=env)
+
+    held.begin(graph, "pm", HumanMessage("昔涟，先说一句", id="m0", name="甲"), send=send)
+    sent = [
+        ("m1", "哈哈", "乙", GROUP),
+        ("m2", "你觉得呢？", "丙", flagged),
+        ("m3", "好的", "丁", GROUP),
+    ]
+    while_held(
+        held,
+        graph,
+        "pm",
+        [partial(send, HumanMessage(text, id=i, name=name), env) for i, text, name, env in sent],
+    )
+    assert len(model.requests) == 2, "the running turn, then one answer for the whole burst"
+    assert ("human", "你觉得呢？") in model.requests[1].texts
+    assert model.requests[1].messages[-1].content == "好的", "one turn took the whole burst"
+    assert [(m.id, m.name) for m in stored_humans(graph, "pm")] == [
+        ("m0", "甲"),
+        ("m1", "乙"),
+        ("m2", "丙"),
+        ("m3", "丁"),
+    ]
+    send(HumanMessage("收到", id="m4", name="乙"))
+    assert len(model.requests) == 2, "a message that mentions no one stays quiet"

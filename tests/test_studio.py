@@ -21,7 +21,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.services]
 class DevServer:
     """`langgraph dev` as the tests start it, or through `cyrene studio` (`via_cli`)."""
 
-    def __init__(self, data: Path, log: Path, *, via_cli: bool = False) -> None:
+    def __init__(
+        self, data: Path, log: Path, *, via_cli: bool = False, group_reply: str | None = None
+    ) -> None:
         self.port = free_port()
         self.log = log
         command = (
@@ -41,7 +43,7 @@ class DevServer:
         self.proc = subprocess.Popen(
             command,
             cwd=REPO,
-            env={**dev_env(data), "PYTHONPATH": str(REPO)},
+            env={**dev_env(data, group_reply), "PYTHONPATH": str(REPO)},
             stdout=log.open("w"),
             stderr=subprocess.STDOUT,
         )
@@ -138,6 +140,7 @@ async def test_studio_serves_the_loop_and_persists_across_restarts(tmp_path):
             "persona_id",
             "session_id",
             "turn_id",
+            "mentioned",
         }
 
         thread = await client.threads.create()
@@ -196,3 +199,35 @@ async def test_studio_serves_the_loop_and_persists_across_restarts(tmp_path):
         assert "你上一句说的是" in final, "the restarted server continues the same conversation"
     finally:
         second.stop()
+
+
+async def test_studio_shows_a_quiet_group_turn_and_its_reason(tmp_path):
+    """`cyrene studio --group-reply mentioned`: a group message that names nobody is one
+    `call_model` update with the decision (then the turn-end hook); a flagged one is answered,
+    and the model saw the quiet message before it."""
+    server = DevServer(tmp_path / "data", tmp_path / "server.log", group_reply="mentioned")
+    try:
+        server.wait()
+        client = get_client(url=server.url)
+        thread = (await client.threads.create())["thread_id"]
+        quiet = await run_turn(client, thread, "今天天气不错", {"actor": "group"}, name="小明")
+        updates = [p.data for p in quiet if p.event == "updates"]
+        assert [list(update) for update in updates] == [["call_model"], ["finish_turn"]]
+        decision = updates[0]["call_model"]["presence"]
+        assert decision["reply"] is False and decision["reason"].startswith("not addressed")
+        assert [c["kind"] for c in (p.data for p in quiet if p.event == "custom")] == ["presence"]
+        mention = {"actor": "group", "mentioned": True}
+        answered = await run_turn(client, thread, "你觉得呢？", mention, name="小红")
+        views = [
+            u["assemble_context"]["model_view"]
+            for u in (p.data for p in answered if p.event == "updates")
+            if "assemble_context" in u
+        ]
+        assert [m["content"] for m in views[0] if m["type"] == "human"][-2:] == [
+            "今天天气不错",
+            "你觉得呢？",
+        ]
+        state = (await client.threads.get_state(thread))["values"]
+        assert state["messages"][-1]["type"] == "ai" and state["presence"]["reply"] is True
+    finally:
+        server.stop()

@@ -149,14 +149,18 @@ def with_ids(input: Any) -> Any:
 
 
 def group_of(input: Any, context: Any, config: RunnableConfig | None) -> str | None:
-    """Calls that may share a turn: same context, same extra input, same checkpoint."""
+    """Calls that may share a turn: same context (but for the platform's mention), same
+    extra input, same checkpoint."""
     if not isinstance(input, dict):
         return None  # a resume runs alone
     env = context if isinstance(context, SessionEnv) else SessionEnv()
+    # A platform's mention is stamped on the call's own messages at the boundary, so
+    # calls that differ only in it share a turn (a burst with one @-mention is one turn).
+    facts = sorted((k, v) for k, v in vars(env).items() if k != "mentioned")
     extras = sorted((k, v) for k, v in input.items() if k != "messages")
     fork = configurable(config).get("checkpoint_id")
     # Compared across processes, so built of plain values' reprs (a pydantic repr is slow).
-    return repr((sorted(vars(env).items()), extras, fork))
+    return repr((facts, extras, fork))
 
 
 def entry_for(thread_id: str, input: Any, context: Any, config: RunnableConfig | None) -> Entry:

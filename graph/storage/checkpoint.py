@@ -5,7 +5,8 @@
 
 Schemes: `memory` (in-process: LangGraph's `InMemorySaver`, loading only what changed
 since a thread's last load; `nodes.compat.IncrementalMemorySaver`),
-`sqlite:///relative/path` or `sqlite:////abs/path` (the embedded default),
+`sqlite:///relative/path` or `sqlite:////abs/path` (the embedded default; a sync
+saver loads incrementally too: `nodes.compat.IncrementalSqliteSaver`),
 `postgresql://…` (scale-out; needs the `postgres` extra).
 Tables are created on entry, so a fresh database works at once.
 """
@@ -30,7 +31,7 @@ from weakref import WeakKeyDictionary
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from nodes.compat import IncrementalMemorySaver
+from nodes.compat import IncrementalMemorySaver, IncrementalSqliteSaver
 
 T = TypeVar("T")
 SQLITE_PREFIX = "sqlite:///"
@@ -123,10 +124,8 @@ class open_checkpointer(AbstractContextManager, AbstractAsyncContextManager):
         if self.url == "memory":
             return IncrementalMemorySaver()
         if self.url.startswith(SQLITE_PREFIX):
-            from langgraph.checkpoint.sqlite import SqliteSaver
-
             saver = self._stack.enter_context(
-                SqliteSaver.from_conn_string(str(sqlite_path(self.url)))
+                IncrementalSqliteSaver.from_conn_string(str(sqlite_path(self.url)))
             )
         else:
             saver = self._stack.enter_context(_postgres().from_conn_string(self.url))

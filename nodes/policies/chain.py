@@ -4,6 +4,8 @@
 built-in behaviour that the config switches on, then the caller's own
 `LoopConfig.policies`. Order matters where policies meet:
 
+    Presence        before, first: a quiet group turn builds no view, wakes no
+                    tier and calls no model
     StableCallIds   after: ids before anything pairs or replaces the reply
     WakeTiers       before: capacity, so the tool offer sees awake tiers
     Guardrails      before: a blocked request never costs a view or a call;
@@ -51,6 +53,7 @@ from nodes.policies.compaction import Compaction
 from nodes.policies.context_view import ContextView
 from nodes.policies.fallbacks import FallbackModels
 from nodes.policies.guards import Guardrails
+from nodes.policies.presence import Presence
 from nodes.policies.prompt_cache import PromptCacheBreakpoints
 from nodes.policies.replies import ClosingResults, PersonaLabel, StableCallIds
 from nodes.policies.round_limit import RoundLimit
@@ -67,7 +70,8 @@ log = logging.getLogger("cyrene.policies")
 def round_policies(loop: Loop) -> PolicyChain:
     """The chain for `loop.config`: the built-in policies it switches on, then the caller's."""
     config = loop.config
-    chain: list[RoundPolicy] = [StableCallIds()]
+    chain: list[RoundPolicy] = [Presence(loop)] if config.group_reply != "always" else []
+    chain.append(StableCallIds())
     if config.capacity is not None:
         chain.append(WakeTiers(config.capacity, config.on_capacity))
     if config.guards:

@@ -99,6 +99,23 @@ def last_reply_index(messages: Sequence[BaseMessage]) -> int:
     return len(messages)
 
 
+def unanswered_start(messages: Sequence[BaseMessage]) -> int:
+    """Index just after the companion's last reply (0 when it has not spoken): where the
+    messages begin that no reply has seen yet (a merged burst, a group's quiet turns)."""
+    last = last_reply_index(messages)
+    return 0 if last == len(messages) else last + 1
+
+
+def open_calls_start(messages: Sequence[BaseMessage]) -> int:
+    """Where calls may still be open in a transcript that `close_interrupted_calls` leaves
+    as it is: at its last reply, unless a message other than a tool result follows that
+    reply (then each of its calls was answered first). A group chat's run of unanswered
+    human messages is not scanned back to the last reply on every step."""
+    if messages and not isinstance(messages[-1], AIMessage | ToolMessage):
+        return len(messages)
+    return last_reply_index(messages)
+
+
 def final_ai_message(messages: Sequence[BaseMessage]) -> AIMessage | None:
     """The last AI message of the current turn, if the turn produced one."""
     for message in reversed(messages[turn_start(messages) :]):

@@ -29,6 +29,7 @@ from tests.bench.cache import bench_cache_share
 from tests.bench.extraction import bench_extraction, bench_extraction_crashes
 from tests.bench.growth import bench_growth
 from tests.bench.memory import bench_recall, bench_updates, load_set
+from tests.bench.presence import bench_presence
 from tests.bench.table import ROWS, elapsed_ms, median_ms, row
 from tests.bench.traffic import bench_traffic
 from tests.bench.workers import bench_worker_scaling
@@ -305,6 +306,8 @@ def main() -> None:
         folder = Path(tmp)
         bench_orchestration(repeat)
         for cells in bench_traffic(args.quick):  # session lock, 50 sessions, group burst
+            row(*cells)
+        for cells in bench_presence(args.quick):  # who a group is answered, a quiet turn's cost
             row(*cells)
         bench_extraction(8.0 if args.quick else 20.0, 8 if args.quick else 20, folder)
         bench_parallel_tools()

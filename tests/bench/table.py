@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 ROWS: list[tuple[str, str, str, str, str]] = []
 
@@ -18,6 +18,14 @@ def row(name: str, ours: str, peer: str, ratio: float | str, target: str) -> Non
     ratio_text = f"{ratio:.2f}×" if isinstance(ratio, float) else ratio
     ROWS.append((name, ours, peer, ratio_text, target))
     print(f"  {name}: {ours} vs {peer} ({ratio_text}, target {target})", file=sys.stderr)
+
+
+def print_rows(rows: Iterable[tuple[str, str, str, float | str, str]]) -> None:
+    """Rows as Markdown table lines on stdout, each as soon as it is measured."""
+    for name, ours, peer, ratio, target in rows:
+        ratio_text = f"{ratio:.2f}×" if isinstance(ratio, float) else ratio
+        print(f"| {name} | {ours} | {peer} | {ratio_text} | {target} |")
+        sys.stdout.flush()
 
 
 def elapsed_ms(fn: Callable[[], object]) -> float:

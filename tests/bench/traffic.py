@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import gc
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -39,6 +38,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 
 from graph import LoopConfig, Persona, SessionEnv, build_graph, open_checkpointer
 from graph.sessions import queued
+from tests.bench.table import print_rows
 
 Row = tuple[str, str, str, float | str, str]
 PERSONAS = {"p": Persona(name="P", instructions="你是P。")}
@@ -301,10 +301,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    for name, ours_cell, peer, ratio, target in bench_traffic(args.quick):
-        ratio_text = f"{ratio:.2f}×" if isinstance(ratio, float) else ratio
-        print(f"| {name} | {ours_cell} | {peer} | {ratio_text} | {target} |")
-        sys.stdout.flush()
+    print_rows(bench_traffic(args.quick))
 
 
 if __name__ == "__main__":
