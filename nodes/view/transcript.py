@@ -131,30 +131,36 @@ def close_interrupted_calls(messages: list[BaseMessage]) -> list[BaseMessage]:
     of being resumed) leaves an AI tool call without results; providers reject
     such a transcript. The calls are closed with an error result placed right
     after the batch, so the pairing is valid and the model is told plainly
-    that the result was lost. Such a stand-in is dropped again once it answers
-    no call (a reply replaced by id without that call), so the result is a
-    function of the list alone: idempotent, and the same whether writes were
-    folded one by one or at once.
+    that the result was lost. Stand-ins always sit after the batch's real
+    results, in call order, and one is dropped again once it answers no call (a
+    reply replaced by id without that call), so the result is a function of the
+    list alone: idempotent, and the same whether writes were folded one by one or
+    at once.
     """
     out: list[BaseMessage] = []
     open_calls: list[ToolCall | InvalidToolCall] = []
-    changed = False
+    held: dict[str | None, BaseMessage] = {}
+    """Stand-ins met since the reply: put back where its batch closes, in call order."""
     for message in messages:
+        if isinstance(message, ToolMessage) and message.id == _interrupted_id(message.tool_call_id):
+            held[message.id] = message
+            continue
         if isinstance(message, ToolMessage):
-            still_open = [c for c in open_calls if c["id"] != message.tool_call_id]
-            answers_none = len(still_open) == len(open_calls)
-            if answers_none and message.id == _interrupted_id(message.tool_call_id):
-                changed = True
-                continue
-            open_calls = still_open
-        elif open_calls:
-            out.extend(_interrupted_result(call) for call in open_calls)
-            open_calls = []
-            changed = True
+            open_calls = [c for c in open_calls if c["id"] != message.tool_call_id]
+        elif open_calls or held:
+            out.extend(
+                held.get(_interrupted_id(c["id"])) or _interrupted_result(c) for c in open_calls
+            )
+            open_calls, held = [], {}
         if isinstance(message, AIMessage):
             open_calls = [c for c in requested_calls(message) if c.get("id")]
         out.append(message)
-    return out if changed else messages
+    # At the end, a stand-in still answers its open call; one that answers none goes.
+    out.extend(held[i] for c in open_calls if (i := _interrupted_id(c["id"])) in held)
+    unchanged = len(out) == len(messages) and all(
+        a is b for a, b in zip(out, messages, strict=True)
+    )
+    return messages if unchanged else out
 
 
 def _interrupted_id(call_id: str | None) -> str:
