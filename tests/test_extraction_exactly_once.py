@@ -1,0 +1,212 @@
+"""Exactly once, for real: a worker SIGKILLed after its reply, then recoverers racing.
+
+Each trial: a worker process answers "记住 我喜欢乌龙茶" on a session of its
+own and is SIGKILLed at a random moment 0-600 ms after `invoke` returned,
+while its background extraction is queued, running, writing, or done. Its
+store hears of a finished write up to 300 ms late (tests/exactly_once_worker.py),
+so some kills land after the memory is on the server and before the extraction
+is marked done. Then two or three recoverer processes call `resume_extractions`
+at the same moment. The extractor words the fact differently on every call
+(its pid and a counter), as a model would, so a second run cannot hide as an
+upsert of the same text. After each trial the session has exactly one memory,
+and the recoverers ran the extractor once in all, or not at all when the
+ledger already said done.
+
+Checkpoints are SQLite files (a recoverer scans every session of its file) or
+one Postgres database (a recoverer scans its trial's session); memory and the
+extraction ledger are on one `chroma run` server. The processes are forked from
+one warm parent, and several trials run at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from chromadb.errors import NotFoundError
+
+from graph import open_checkpointer
+from memory import MemoryStore
+from memory.extraction_ledger import ChromaExtractionLedger
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.slow, pytest.mark.services]
+
+TRIALS = 30
+AT_ONCE = 5
+KILL_WITHIN = 0.6
+
+
+class Forker:
+    """The warm parent (tests/exactly_once_worker.py): one spec in, one child pid out."""
+
+    def __init__(self, log: Path) -> None:
+        with log.open("w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.exactly_once_worker"],
+                cwd=REPO,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
+        self.lock = threading.Lock()
+        assert self.proc.stdout is not None
+        assert "ready" in json.loads(self.proc.stdout.readline())
+
+    def start(self, **spec: object) -> int:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        with self.lock:
+            self.proc.stdin.write(json.dumps(spec) + "\n")
+            self.proc.stdin.flush()
+            return int(json.loads(self.proc.stdout.readline())["pid"])
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def forker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Forker]:
+    started = Forker(tmp_path_factory.mktemp("forker") / "forker.log")
+    yield started
+    started.close()
+
+
+def wait_for_file(path: Path, timeout: float, why: str) -> dict:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        log = path.with_suffix(".log")
+        assert time.monotonic() < deadline, (
+            f"{why}: {log.read_text()[-2000:] if log.exists() else ''}"
+        )
+        time.sleep(0.01)
+    return json.loads(path.read_text())
+
+
+@dataclass
+class Trial:
+    """What one trial saw."""
+
+    phase: str
+    """Where the kill landed: before the claim, claimed, stored but not marked, or done."""
+    memories: list[str]
+    recoverers: int
+    recoverer_runs: int
+    """Extractor calls made by the recoverers."""
+    resubmitted: list[int]
+    lost: int
+    final: str
+
+
+def memories_of(store: MemoryStore, thread: str) -> list[str]:
+    try:
+        shared = store.client.get_collection("user")
+    except (NotFoundError, ValueError):
+        return []
+    got = shared.get(where={"source_session_id": thread}, include=["documents"])
+    return sorted(got["documents"] or [])
+
+
+def phase_of(store: MemoryStore, key: str, thread: str) -> str:
+    record = ChromaExtractionLedger(store.client).read([key]).get(key)
+    if record is None:
+        return "before its claim"
+    if record.state == "done":
+        return "marked done"
+    return "stored, not marked" if memories_of(store, thread) else "claimed, not stored"
+
+
+def run_trial(
+    forker: Forker, store: MemoryStore, folder: Path, port: int, url: str, tag: str, n: int
+) -> Trial:
+    thread = f"eo-{tag}-{n}"
+    trial = folder / f"trial-{n}"
+    trial.mkdir()
+    url = url or f"sqlite:///{trial / 'checkpoints.db'}"
+    common = {"dir": str(trial), "url": url, "port": port, "thread": thread}
+    victim = forker.start(role="turn", name="turn", **common)
+    key = wait_for_file(trial / "replied.json", 60, "the turn never replied")["key"]
+    time.sleep(random.uniform(0, KILL_WITHIN))
+    os.kill(victim, signal.SIGKILL)  # it waits for this, even once its extraction settled
+    phase = phase_of(store, key, thread)
+    before = (
+        (trial / "calls.log").read_text().splitlines() if (trial / "calls.log").exists() else []
+    )
+    count = random.choice([2, 3])
+    at = time.time() + 0.4
+    for r in range(count):
+        threads = None if url.startswith("sqlite") else [thread]
+        forker.start(role="recover", name=f"recover-{r}", threads=threads, at=at, **common)
+    results = [
+        wait_for_file(trial / f"recover-{r}.json", 90, f"recoverer {r}") for r in range(count)
+    ]
+    after = (trial / "calls.log").read_text().splitlines() if (trial / "calls.log").exists() else []
+    final = ChromaExtractionLedger(store.client).read([key]).get(key)
+    return Trial(
+        phase=phase,
+        memories=memories_of(store, thread),
+        recoverers=count,
+        recoverer_runs=len(after) - len(before),
+        resubmitted=[r["resubmitted"] for r in results],
+        lost=sum(r["stats"]["lost"] for r in results),
+        final=final.state if final else "none",
+    )
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def checkpoints(request: pytest.FixtureRequest) -> str:
+    """ "" for a SQLite file per trial, or one fresh Postgres database for every trial."""
+    if request.param == "sqlite":
+        return ""
+    url = request.getfixturevalue("fresh_postgres_url")
+    with open_checkpointer(url):
+        pass  # create the tables once, before thirty workers open the database at once
+    return url
+
+
+def test_racing_recoverers_after_a_sigkill_store_each_memory_exactly_once(
+    forker: Forker, chroma_server: int, checkpoints: str, tmp_path: Path
+) -> None:
+    store = MemoryStore.connect("127.0.0.1", chroma_server)
+    tag = uuid.uuid4().hex[:8]
+    started = time.monotonic()
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        trials = list(
+            pool.map(
+                lambda n: run_trial(forker, store, tmp_path, chroma_server, checkpoints, tag, n),
+                range(TRIALS),
+            )
+        )
+    took = time.monotonic() - started
+    duplicates = sum(max(0, len(t.memories) - 1) for t in trials)
+    missing = sum(1 for t in trials if not t.memories)
+    after_done = sum(t.recoverer_runs for t in trials if t.phase == "marked done")
+    extra = sum(max(0, t.recoverer_runs - (t.phase != "marked done")) for t in trials)
+    phases = Counter(t.phase for t in trials)
+    print(
+        f"{len(trials)} trials in {took:.1f} s; kills landed {dict(phases)}; "
+        f"recoverers {Counter(t.recoverers for t in trials)}; duplicates {duplicates}, "
+        f"missing {missing}, runs after a done mark {after_done}, runs beyond the one needed {extra}"
+    )
+    for t in trials:
+        assert len(t.memories) == 1, t
+        assert t.recoverer_runs == (0 if t.phase == "marked done" else 1), t
+        assert t.final == "done" and t.lost == 0, t
+        assert sum(t.resubmitted) >= (0 if t.phase == "marked done" else 1), t
+    assert duplicates == missing == after_done == extra == 0
