@@ -21,8 +21,15 @@ that two or three recoverers call it at the same moment). Roles:
   test SIGKILLs it at a random moment, before or after the extraction settled). Its store acknowledges each write up to 300 ms late,
   as over a slow network: the memory is on the server, the worker has not yet
   heard so, and has not marked the extraction done.
+  With `ack` set, every acknowledgement takes that long. Once a write has
+  landed it touches `<dir>/stored`.
 - `recover`: `resume_extractions` at `at`, then drains; writes how many it
   resubmitted, whether it drained, and its extraction counts.
+- `swap`: races the other `swap` children for `keys` in an extraction ledger
+  (the SQLite file `<dir>/ledger.sqlite3`, or the server's when `port` is set),
+  one compare-and-swap a key, at `at` and again two seconds later.
+
+`items` (default 1) is how many facts the extractor finds.
 
 The extractor is deliberately not deterministic, as a model is not: each call
 words the memory with its pid and a counter, and appends `<pid> <n>` to
@@ -45,6 +52,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import chromadb
+from chromadb.config import Settings
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from graph import (
@@ -57,6 +66,13 @@ from graph import (
     wait_for_extractions,
 )
 from memory import MemoryItem, MemoryStore, Scope
+from memory.extraction_ledger import (
+    ChromaExtractionLedger,
+    ExtractionLedger,
+    Record,
+    SqliteExtractionLedger,
+    this_owner,
+)
 from tests.scripted import ScriptedChatModel
 
 REMEMBER = "记住 我喜欢乌龙茶"
@@ -66,12 +82,14 @@ WARM = ("langgraph.checkpoint.postgres", "langgraph.checkpoint.sqlite", "chromad
 
 
 class ChangingExtractor:
-    """A background extractor that words the same fact differently on every call."""
+    """A background extractor that words the same fact differently on every call; it finds
+    `items` facts (the first is the tea)."""
 
     background = True
 
-    def __init__(self, calls: Path) -> None:
+    def __init__(self, calls: Path, items: int = 1) -> None:
         self.calls = calls
+        self.items = items
         self.counter = itertools.count(1)
 
     def extract(self, messages: Sequence[BaseMessage]) -> list[MemoryItem]:
@@ -80,21 +98,26 @@ class ChangingExtractor:
             out.write(f"{os.getpid()} {n}\n")
             out.flush()
             os.fsync(out.fileno())
+        facts = ["主人喜欢乌龙茶", "主人住在杭州", "主人养了一只猫"][: self.items]
         return [
             MemoryItem(
-                content=f"主人喜欢乌龙茶（进程 {os.getpid()} 第 {n} 次）",
-                kind="like",
-                scope=Scope.USER,
+                content=f"{fact}（进程 {os.getpid()} 第 {n} 次）", kind="like", scope=Scope.USER
             )
+            for fact in facts
         ]
 
 
 class SlowAckStore(MemoryStore):
-    """A store on the server whose write acknowledgements arrive late (0-300 ms)."""
+    """A store on the server whose write acknowledgements arrive late: `ack` seconds, or
+    0-300 ms. Once a write has landed it touches `stored` in `folder`."""
+
+    folder = Path()
+    ack: float | None = None
 
     def add_many(self, items: Iterable[MemoryItem]) -> list[str]:
         ids = super().add_many(items)
-        time.sleep(random.uniform(0, SLOW_ACK))
+        (self.folder / "stored").touch()
+        time.sleep(random.uniform(0, SLOW_ACK) if self.ack is None else self.ack)
         return ids
 
 
@@ -104,7 +127,7 @@ def config_for(spec: dict, store: MemoryStore) -> LoopConfig:
         personas={"xilian": Persona(name="昔涟")},
         default_persona="xilian",
         memory=store,
-        extractor=ChangingExtractor(Path(spec["dir"]) / "calls.log"),
+        extractor=ChangingExtractor(Path(spec["dir"]) / "calls.log", spec.get("items", 1)),
     )
 
 
@@ -116,6 +139,7 @@ def put(path: Path, record: dict) -> None:
 
 
 def turn(spec: dict) -> dict:
+    SlowAckStore.folder, SlowAckStore.ack = Path(spec["dir"]), spec.get("ack")
     store = SlowAckStore.connect("127.0.0.1", spec["port"])
     thread: Any = {"configurable": {"thread_id": spec["thread"]}}
     with open_checkpointer(spec["url"]) as saver:
@@ -142,7 +166,35 @@ def recover(spec: dict) -> dict:
     }
 
 
-ROLES = {"turn": turn, "recover": recover}
+def swap(spec: dict) -> dict:
+    """Race the other children for `keys` in the ledger, one compare-and-swap a key: at
+    `at` from no record, at `at` + 2 from the record each read at `at` + 1.5. Returns the
+    swaps won in each round, as (key, attempts of the record it replaced)."""
+    if spec.get("port"):
+        client = chromadb.HttpClient(
+            port=spec["port"], settings=Settings(anonymized_telemetry=False)
+        )
+        ledger: ExtractionLedger = ChromaExtractionLedger(client)
+    else:
+        ledger = SqliteExtractionLedger(Path(spec["dir"]) / "ledger.sqlite3")
+    keys, me = spec["keys"], this_owner()
+
+    def race(seen: dict[str, Record], at: float) -> list[tuple[str, int]]:
+        random.shuffle(keys)
+        time.sleep(max(0.0, at - time.time()))
+        won: list[tuple[str, int]] = []
+        for key in keys:
+            old = seen.get(key)
+            new = Record("running", (old.attempts if old else 0) + 1, me, time.time() + 60)
+            won += [(key, new.attempts - 1) for key in ledger.swap({key: (old, new)})]
+        return won
+
+    first = race({}, spec["at"])
+    time.sleep(max(0.0, spec["at"] + 1.5 - time.time()))
+    return {"rounds": [first, race(ledger.read(keys), spec["at"] + 2)]}
+
+
+ROLES = {"turn": turn, "recover": recover, "swap": swap}
 
 
 def child(spec: dict) -> None:

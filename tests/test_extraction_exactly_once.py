@@ -210,3 +210,61 @@ def test_racing_recoverers_after_a_sigkill_store_each_memory_exactly_once(
         assert t.final == "done" and t.lost == 0, t
         assert sum(t.resubmitted) >= (0 if t.phase == "marked done" else 1), t
     assert duplicates == missing == after_done == extra == 0
+
+
+@pytest.fixture(params=["sqlite", "chroma"])
+def ledger_port(request: pytest.FixtureRequest) -> int:
+    """0 for the SQLite ledger of an embedded store, else the Chroma server's port."""
+    return 0 if request.param == "sqlite" else int(request.getfixturevalue("chroma_server"))
+
+
+def test_of_processes_racing_for_one_claim_exactly_one_wins(
+    forker: Forker, ledger_port: int, tmp_path: Path
+) -> None:
+    """Four processes swap 100 keys one by one, in shuffled orders, at the same moment:
+    first from no record, then each from the record it read (a slow one may read a
+    record another already replaced: its swap must fail, or succeed from the newer one)."""
+    keys = [f"race-{uuid.uuid4().hex[:8]}-{n}" for n in range(100)]
+    at = time.time() + 1.0
+    names = [f"swap-{n}" for n in range(4)]
+    for name in names:
+        forker.start(role="swap", name=name, dir=str(tmp_path), keys=keys, port=ledger_port, at=at)
+    results = [wait_for_file(tmp_path / f"{name}.json", 60, name)["rounds"] for name in names]
+    first = Counter(tuple(won) for rounds in results for won in rounds[0])
+    second = Counter(tuple(won) for rounds in results for won in rounds[1])
+    print(
+        f"first round won by {[len(r[0]) for r in results]}, second by {[len(r[1]) for r in results]}"
+    )
+    assert sorted(first) == sorted((key, 0) for key in keys), "every key, from no record"
+    assert set(first.values()) == {1}, "exactly one process claims a free key"
+    assert set(second.values()) == {1}, "of those that swap the same record, one succeeds"
+    assert {key for key, _ in second} == set(keys)
+
+
+def test_a_rerun_that_finds_fewer_facts_leaves_none_of_the_earlier_runs(
+    forker: Forker, chroma_server: int, tmp_path: Path
+) -> None:
+    """The worker's two memories are on the server, unmarked, when it is killed; the
+    re-run finds one fact, worded its own way: only that one stays."""
+    store = MemoryStore.connect("127.0.0.1", chroma_server)
+    thread = f"fewer-{uuid.uuid4().hex[:8]}"
+    common = {
+        "dir": str(tmp_path),
+        "url": f"sqlite:///{tmp_path / 'checkpoints.db'}",
+        "port": chroma_server,
+        "thread": thread,
+    }
+    victim = forker.start(role="turn", name="turn", items=2, ack=60, **common)
+    wait_for_file(tmp_path / "replied.json", 60, "the turn never replied")
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "stored").exists():
+        assert time.monotonic() < deadline, (tmp_path / "turn.log").read_text()
+        time.sleep(0.01)
+    os.kill(victim, signal.SIGKILL)
+    earlier = memories_of(store, thread)
+    assert len(earlier) == 2, "both of the killed run's memories landed"
+    forker.start(role="recover", name="recover", items=1, threads=None, at=0, **common)
+    result = wait_for_file(tmp_path / "recover.json", 60, "the recoverer")
+    [(pid, _)] = [line.split() for line in (tmp_path / "calls.log").read_text().splitlines()[1:]]
+    assert result["stats"]["succeeded"] == 1
+    assert memories_of(store, thread) == [f"主人喜欢乌龙茶（进程 {pid} 第 1 次）"]
