@@ -27,7 +27,7 @@ that two or three recoverers call it at the same moment). Roles:
   resubmitted, whether it drained, and its extraction counts.
 - `swap`: races the other `swap` children for `keys` in an extraction ledger
   (the SQLite file `<dir>/ledger.sqlite3`, or the server's when `port` is set),
-  one compare-and-swap a key, at `at` and again two seconds later.
+  one compare-and-swap a key in the same order, at `at` and again two seconds later.
 
 `items` (default 1) is how many facts the extractor finds.
 
@@ -77,6 +77,7 @@ from tests.scripted import ScriptedChatModel
 
 REMEMBER = "记住 我喜欢乌龙茶"
 SLOW_ACK = 0.3
+SWAP_STEP = 0.01
 WARM = ("langgraph.checkpoint.postgres", "langgraph.checkpoint.sqlite", "chromadb.api.fastapi")
 """Modules the children would import lazily: imported once, here, before any fork."""
 
@@ -167,7 +168,9 @@ def recover(spec: dict) -> dict:
 
 
 def swap(spec: dict) -> dict:
-    """Race the other children for `keys` in the ledger, one compare-and-swap a key: at
+    """Race the other children for `keys` in the ledger, one compare-and-swap a key, the
+    i-th at `SWAP_STEP` × i past the round's start in every child (so they contend for
+    each key at the same moment): at
     `at` from no record, at `at` + 2 from the record each read at `at` + 1.5. Returns the
     swaps won in each round, as (key, attempts of the record it replaced)."""
     if spec.get("port"):
@@ -180,10 +183,9 @@ def swap(spec: dict) -> dict:
     keys, me = spec["keys"], this_owner()
 
     def race(seen: dict[str, Record], at: float) -> list[tuple[str, int]]:
-        random.shuffle(keys)
-        time.sleep(max(0.0, at - time.time()))
         won: list[tuple[str, int]] = []
-        for key in keys:
+        for index, key in enumerate(keys):
+            time.sleep(max(0.0, at + index * SWAP_STEP - time.time()))
             old = seen.get(key)
             new = Record("running", (old.attempts if old else 0) + 1, me, time.time() + 60)
             won += [(key, new.attempts - 1) for key in ledger.swap({key: (old, new)})]

@@ -9,13 +9,13 @@ is marked done. Then two or three recoverer processes call `resume_extractions`
 at the same moment. The extractor words the fact differently on every call
 (its pid and a counter), as a model would, so a second run cannot hide as an
 upsert of the same text. After each trial the session has exactly one memory,
-and the recoverers ran the extractor once in all, or not at all when the
-ledger already said done.
+and the recoverers ran the extractor at most once in all, and not at all when
+the ledger already said done.
 
 Checkpoints are SQLite files (a recoverer scans every session of its file) or
 one Postgres database (a recoverer scans its trial's session); memory and the
-extraction ledger are on one `chroma run` server. The processes are forked from
-one warm parent, and several trials run at once.
+extraction ledger are on one `chroma run` server, the module's own. The
+processes are forked from one warm parent, and several trials run at once.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ from chromadb.errors import NotFoundError
 from graph import open_checkpointer
 from memory import MemoryStore
 from memory.extraction_ledger import ChromaExtractionLedger
-from tests.conftest import REPO
+from memory.lease import pid_running
+from tests.conftest import REPO, chroma_run, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
 
@@ -79,6 +80,15 @@ class Forker:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
         self.proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def own_chroma(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A `chroma run` server for this module alone: its hundreds of tea memories must not
+    meet other tests' searches on the session's server."""
+    port = free_port()
+    with chroma_run(tmp_path_factory.mktemp("exactly-once-chroma"), port):
+        yield port
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +133,21 @@ def memories_of(store: MemoryStore, thread: str) -> list[str]:
     return sorted(got["documents"] or [])
 
 
+def extractor_calls(trial: Path) -> list[str]:
+    log = trial / "calls.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def settle_after_death(pid: int) -> None:
+    """Wait until a killed process is gone, and then a little longer: a request it had
+    sent before the signal (a done mark, a write) may still land on the server."""
+    deadline = time.monotonic() + 10
+    while pid_running(pid):
+        assert time.monotonic() < deadline, f"{pid} outlived its SIGKILL"
+        time.sleep(0.01)
+    time.sleep(0.3)
+
+
 def phase_of(store: MemoryStore, key: str, thread: str) -> str:
     record = ChromaExtractionLedger(store.client).read([key]).get(key)
     if record is None:
@@ -144,10 +169,9 @@ def run_trial(
     key = wait_for_file(trial / "replied.json", 60, "the turn never replied")["key"]
     time.sleep(random.uniform(0, KILL_WITHIN))
     os.kill(victim, signal.SIGKILL)  # it waits for this, even once its extraction settled
+    settle_after_death(victim)
     phase = phase_of(store, key, thread)
-    before = (
-        (trial / "calls.log").read_text().splitlines() if (trial / "calls.log").exists() else []
-    )
+    before = extractor_calls(trial)
     count = random.choice([2, 3])
     at = time.time() + 0.4
     for r in range(count):
@@ -156,7 +180,7 @@ def run_trial(
     results = [
         wait_for_file(trial / f"recover-{r}.json", 90, f"recoverer {r}") for r in range(count)
     ]
-    after = (trial / "calls.log").read_text().splitlines() if (trial / "calls.log").exists() else []
+    after = extractor_calls(trial)
     final = ChromaExtractionLedger(store.client).read([key]).get(key)
     return Trial(
         phase=phase,
@@ -171,7 +195,8 @@ def run_trial(
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def checkpoints(request: pytest.FixtureRequest) -> str:
-    """ "" for a SQLite file per trial, or one fresh Postgres database for every trial."""
+    """The checkpoint URL: empty for a SQLite file per trial, else one fresh Postgres
+    database for every trial."""
     if request.param == "sqlite":
         return ""
     url = request.getfixturevalue("fresh_postgres_url")
@@ -181,15 +206,15 @@ def checkpoints(request: pytest.FixtureRequest) -> str:
 
 
 def test_racing_recoverers_after_a_sigkill_store_each_memory_exactly_once(
-    forker: Forker, chroma_server: int, checkpoints: str, tmp_path: Path
+    forker: Forker, own_chroma: int, checkpoints: str, tmp_path: Path
 ) -> None:
-    store = MemoryStore.connect("127.0.0.1", chroma_server)
+    store = MemoryStore.connect("127.0.0.1", own_chroma)
     tag = uuid.uuid4().hex[:8]
     started = time.monotonic()
     with ThreadPoolExecutor(AT_ONCE) as pool:
         trials = list(
             pool.map(
-                lambda n: run_trial(forker, store, tmp_path, chroma_server, checkpoints, tag, n),
+                lambda n: run_trial(forker, store, tmp_path, own_chroma, checkpoints, tag, n),
                 range(TRIALS),
             )
         )
@@ -199,29 +224,34 @@ def test_racing_recoverers_after_a_sigkill_store_each_memory_exactly_once(
     after_done = sum(t.recoverer_runs for t in trials if t.phase == "marked done")
     extra = sum(max(0, t.recoverer_runs - (t.phase != "marked done")) for t in trials)
     phases = Counter(t.phase for t in trials)
+    contested = sum(1 for t in trials if sum(t.resubmitted) >= 2)
     print(
         f"{len(trials)} trials in {took:.1f} s; kills landed {dict(phases)}; "
-        f"recoverers {Counter(t.recoverers for t in trials)}; duplicates {duplicates}, "
+        f"recoverers {Counter(t.recoverers for t in trials)}, several holding the work at once "
+        f"in {contested}; recoverer runs {sum(t.recoverer_runs for t in trials)}; "
+        f"duplicates {duplicates}, "
         f"missing {missing}, runs after a done mark {after_done}, runs beyond the one needed {extra}"
     )
     for t in trials:
         assert len(t.memories) == 1, t
-        assert t.recoverer_runs == (0 if t.phase == "marked done" else 1), t
+        # At most one run; none once done. Zero runs is right too when the killed worker's
+        # done mark was still on its way to the server as the phase was read.
+        assert t.recoverer_runs <= (0 if t.phase == "marked done" else 1), t
         assert t.final == "done" and t.lost == 0, t
-        assert sum(t.resubmitted) >= (0 if t.phase == "marked done" else 1), t
     assert duplicates == missing == after_done == extra == 0
+    assert sum(t.recoverer_runs for t in trials) >= TRIALS // 3, "the recoverers had work"
 
 
 @pytest.fixture(params=["sqlite", "chroma"])
 def ledger_port(request: pytest.FixtureRequest) -> int:
     """0 for the SQLite ledger of an embedded store, else the Chroma server's port."""
-    return 0 if request.param == "sqlite" else int(request.getfixturevalue("chroma_server"))
+    return 0 if request.param == "sqlite" else int(request.getfixturevalue("own_chroma"))
 
 
 def test_of_processes_racing_for_one_claim_exactly_one_wins(
     forker: Forker, ledger_port: int, tmp_path: Path
 ) -> None:
-    """Four processes swap 100 keys one by one, in shuffled orders, at the same moment:
+    """Four processes swap 100 keys one by one, in the same order, from the same moment:
     first from no record, then each from the record it read (a slow one may read a
     record another already replaced: its swap must fail, or succeed from the newer one)."""
     keys = [f"race-{uuid.uuid4().hex[:8]}-{n}" for n in range(100)]
@@ -242,16 +272,16 @@ def test_of_processes_racing_for_one_claim_exactly_one_wins(
 
 
 def test_a_rerun_that_finds_fewer_facts_leaves_none_of_the_earlier_runs(
-    forker: Forker, chroma_server: int, tmp_path: Path
+    forker: Forker, own_chroma: int, tmp_path: Path
 ) -> None:
     """The worker's two memories are on the server, unmarked, when it is killed; the
     re-run finds one fact, worded its own way: only that one stays."""
-    store = MemoryStore.connect("127.0.0.1", chroma_server)
+    store = MemoryStore.connect("127.0.0.1", own_chroma)
     thread = f"fewer-{uuid.uuid4().hex[:8]}"
     common = {
         "dir": str(tmp_path),
         "url": f"sqlite:///{tmp_path / 'checkpoints.db'}",
-        "port": chroma_server,
+        "port": own_chroma,
         "thread": thread,
     }
     victim = forker.start(role="turn", name="turn", items=2, ack=60, **common)
@@ -261,6 +291,7 @@ def test_a_rerun_that_finds_fewer_facts_leaves_none_of_the_earlier_runs(
         assert time.monotonic() < deadline, (tmp_path / "turn.log").read_text()
         time.sleep(0.01)
     os.kill(victim, signal.SIGKILL)
+    settle_after_death(victim)
     earlier = memories_of(store, thread)
     assert len(earlier) == 2, "both of the killed run's memories landed"
     forker.start(role="recover", name="recover", items=1, threads=None, at=0, **common)
