@@ -33,7 +33,7 @@ that two or three recoverers call it at the same moment). Roles:
 
 The extractor is deliberately not deterministic, as a model is not: each call
 words the memory with its pid and a counter, and appends `<pid> <n>` to
-`<dir>/calls.log`.
+`<dir>/calls.log`. Every store embeds with `HashingEmbedding`: no process loads a model.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ from graph import (
     resume_extractions,
     wait_for_extractions,
 )
-from memory import MemoryItem, MemoryStore, Scope
+from memory import HashingEmbedding, MemoryItem, MemoryStore, Scope
 from memory.extraction_ledger import (
     ChromaExtractionLedger,
     ExtractionLedger,
@@ -141,7 +141,7 @@ def put(path: Path, record: dict) -> None:
 
 def turn(spec: dict) -> dict:
     SlowAckStore.folder, SlowAckStore.ack = Path(spec["dir"]), spec.get("ack")
-    store = SlowAckStore.connect("127.0.0.1", spec["port"])
+    store = SlowAckStore.connect("127.0.0.1", spec["port"], HashingEmbedding())
     thread: Any = {"configurable": {"thread_id": spec["thread"]}}
     with open_checkpointer(spec["url"]) as saver:
         graph = build_graph(config_for(spec, store), saver)
@@ -154,7 +154,7 @@ def turn(spec: dict) -> dict:
 
 
 def recover(spec: dict) -> dict:
-    store = MemoryStore.connect("127.0.0.1", spec["port"])
+    store = MemoryStore.connect("127.0.0.1", spec["port"], HashingEmbedding())
     with open_checkpointer(spec["url"]) as saver:
         config = config_for(spec, store)
         time.sleep(max(0.0, spec["at"] - time.time()))

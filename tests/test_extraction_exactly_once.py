@@ -39,7 +39,7 @@ import pytest
 from chromadb.errors import NotFoundError
 
 from graph import open_checkpointer
-from memory import MemoryStore
+from memory import HashingEmbedding, MemoryStore
 from memory.extraction_ledger import ChromaExtractionLedger
 from memory.lease import pid_running
 from tests.conftest import REPO, chroma_run, free_port
@@ -208,7 +208,7 @@ def checkpoints(request: pytest.FixtureRequest) -> str:
 def test_racing_recoverers_after_a_sigkill_store_each_memory_exactly_once(
     forker: Forker, own_chroma: int, checkpoints: str, tmp_path: Path
 ) -> None:
-    store = MemoryStore.connect("127.0.0.1", own_chroma)
+    store = MemoryStore.connect("127.0.0.1", own_chroma, HashingEmbedding())
     tag = uuid.uuid4().hex[:8]
     started = time.monotonic()
     with ThreadPoolExecutor(AT_ONCE) as pool:
@@ -276,7 +276,7 @@ def test_a_rerun_that_finds_fewer_facts_leaves_none_of_the_earlier_runs(
 ) -> None:
     """The worker's two memories are on the server, unmarked, when it is killed; the
     re-run finds one fact, worded its own way: only that one stays."""
-    store = MemoryStore.connect("127.0.0.1", own_chroma)
+    store = MemoryStore.connect("127.0.0.1", own_chroma, HashingEmbedding())
     thread = f"fewer-{uuid.uuid4().hex[:8]}"
     common = {
         "dir": str(tmp_path),

@@ -23,7 +23,7 @@ from graph import (
     resume_extractions,
     wait_for_extractions,
 )
-from memory import MemoryItem, MemoryStore, Scope, Source, pipeline
+from memory import HashingEmbedding, MemoryItem, MemoryStore, Scope, Source, pipeline
 from memory.background import ExtractionJob, queue_depth, unfinished
 from memory.extraction_ledger import (
     LEDGER_COLLECTION,
@@ -312,7 +312,7 @@ def test_a_chroma_server_that_goes_down_delays_a_memory_and_loses_nothing(tmp_pa
     extractor = Remember(gate)
     before = extraction_stats()
     with chroma_run(tmp_path, port), open_checkpointer("memory") as saver:
-        store = MemoryStore.connect(port=port)
+        store = MemoryStore.connect(port=port, embedding_function=HashingEmbedding())
         config = make_config(
             ScriptedChatModel(script=[AIMessage("嗯")]), memory=store, extractor=extractor
         )
