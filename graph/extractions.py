@@ -85,8 +85,10 @@ def resume_extractions(
 
     The work runs in this process's background pipeline; a key the ledger
     calls done (or lost) is never run again, and a key another live process
-    is running is left to it. Call it once at start, e.g. right after
-    `open_checkpointer`; `wait_for_extractions(timeout)` drains the work.
+    is running is left to it. Several processes may call it at once: each
+    extraction is claimed by one of them (a compare-and-swap in the ledger).
+    Call it once at start, e.g. right after `open_checkpointer`;
+    `wait_for_extractions(timeout)` drains the work.
 
     Args:
         config: the loop's configuration (its `memory` and `extractor` do the work).

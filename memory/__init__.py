@@ -7,7 +7,7 @@ from memory.errors import MemoryStoreError, MemoryWriteError, StoreInUseError, S
 from memory.extraction_ledger import ExtractionLedger
 from memory.extractors import LLMExtractor, ManualExtractor
 from memory.items import MemoryItem, Scope, Source
-from memory.protocols import Extractor, MemoryBackend, ProvidesExtractionLedger
+from memory.protocols import Extractor, MemoryBackend, ProvidesExtractionLedger, PrunesExtractions
 from memory.ranking import Decay, Fusion, SearchResult
 from memory.store import MemoryStore
 
@@ -26,6 +26,7 @@ __all__ = [
     "MemoryWriteError",
     "MultilingualEmbedding",
     "ProvidesExtractionLedger",
+    "PrunesExtractions",
     "Scope",
     "SearchResult",
     "Source",

@@ -6,12 +6,18 @@ returns, so a crash never loses it (`nodes.extraction`). One process-wide
 pipeline (`memory.pipeline`) runs the jobs of every graph:
 
 - **Exactly once in effect.** A job is claimed in the store's ledger
-  (`memory.extraction_ledger`) before its extractor runs and marked done right after its
-  items are written; a key the ledger calls done (or lost) is never run
-  again, and items upsert by content id, so a re-run never duplicates one.
-- **Bounded retries.** A failed or overrun attempt is retried after a short
-  backoff, up to three claims in all (a crash mid-attempt counts too); then
-  the job is marked lost, logged at error level and counted.
+  (`memory.extraction_ledger`) with a compare-and-swap before its extractor
+  runs, so of several processes recovering it one runs it; it is marked done
+  right after its items are written, and a key the ledger calls done (or
+  lost) is never run again. Its items have ids from the job's key and their
+  position, so when a crash fell between writing them and marking them done,
+  the re-run rewrites them, whatever its words, and deletes what it did not
+  write again.
+- **Bounded retries, honest losses.** A failed or overrun attempt is retried
+  after a short backoff, up to three claims in all (a crash mid-attempt counts
+  too); then the job is marked lost, and only then logged at error level and
+  counted. A store or ledger that cannot be reached is no attempt: the work
+  waits, with backoff, and is never called lost.
 - **Keeps up without slowing turns.** Writes are batched into cycles that
   give way to turns in flight (`TURNS`), but never for longer than a short
   bound, so under steady traffic memories land within about a second.
@@ -22,13 +28,12 @@ pipeline (`memory.pipeline`) runs the jobs of every graph:
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import replace
 from typing import Any
 
 from memory.extraction_ledger import extraction_ledger_for
-from memory.jobs import DEFAULT_TIMEOUT, TOTALS, TURNS, ExtractionJob, JobStats, count
+from memory.jobs import DEFAULT_TIMEOUT, TOTALS, TURNS, ExtractionJob, JobStats
 from memory.pipeline import Pipeline
 
 __all__ = [
@@ -41,8 +46,6 @@ __all__ = [
     "unfinished",
     "wait_for_extractions",
 ]
-
-log = logging.getLogger("cyrene.memory")
 
 _PIPELINE = Pipeline()
 
@@ -80,12 +83,6 @@ class BackgroundJobs:
     def settled(key: str) -> bool:
         """Whether this process saw the extraction done or lost (it need not stay pending)."""
         return _PIPELINE.settled(key)
-
-    def give_up(self, key: str, why: str) -> None:
-        """Settle an extraction that cannot run at all: logged at error level, counted lost."""
-        log.error("memory extraction %s cannot run (%s); its memories are lost", key, why)
-        count(self.stats, "lost")
-        _PIPELINE.settle(key)
 
 
 def unfinished(store: Any, keys: list[str]) -> set[str]:

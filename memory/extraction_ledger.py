@@ -21,7 +21,16 @@ per backend type), since there is nowhere shared to keep it.
 One record per extraction key:
 - `running` — claimed by `owner` until `until` (wall clock); `attempts` counts claims;
 - `done` — its memories are stored: never run again;
-- `lost` — it failed `attempts` times: never run again (the loss was logged and counted).
+- `lost` — it failed `attempts` times, or cannot run: never run again (the
+  loss is logged and counted once this mark is written).
+
+**Claims are atomic.** Two processes that read the same free record (two
+recoveries after a SIGKILL) must not both run the extraction, so a claim is a
+compare-and-swap (`ExtractionLedger.swap`): the new record is written only if
+the key's record is still the one the claimer read. SQLite does it in one
+`BEGIN IMMEDIATE` transaction; a Chroma server, which has no transactions,
+with an insert that only the first writer wins (see `ChromaExtractionLedger`).
+Done and lost marks are final and written outright.
 
 A claim by another process is honoured while its owner holds the lease
 (`memory.lease.holder_alive`: until it expires, unless the owner is visibly
@@ -34,13 +43,15 @@ another.
 from __future__ import annotations
 
 import logging
+import math
 import sqlite3
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from memory.lease import Holder, holder_alive
 
@@ -49,7 +60,8 @@ log = logging.getLogger("cyrene.memory")
 LEDGER_COLLECTION = "cyrene_extraction_ledger"
 LEDGER_FILE = "cyrene-extractions.sqlite3"
 _SQL_BATCH = 500
-_POINT = [1.0]  # Chroma wants a vector per record; the ledger is only ever read by id
+_POINT = [1.0]  # Chroma wants a vector per record; the ledger is only ever read by id and key
+_END = "end"
 
 State = Literal["running", "done", "lost"]
 
@@ -64,6 +76,11 @@ class Record:
     until: float = 0.0
 
 
+Swap = tuple[Record | None, Record]
+"""(the record a claimer read, None when there was none; the record it writes in its place)."""
+
+
+@runtime_checkable
 class ExtractionLedger(Protocol):
     """Batch reads and writes of extraction records (one call each, whatever the batch)."""
 
@@ -71,8 +88,21 @@ class ExtractionLedger(Protocol):
         """The records of those keys that have one."""
         ...
 
+    def swap(self, changes: Mapping[str, Swap]) -> set[str]:
+        """Claim: write each new record only while the key's record is still the expected one.
+
+        Atomic per key (a transaction or a conditional write): of several
+        processes that read the same record and swap it, exactly one succeeds.
+        The pipeline swaps only `running` records, each with more `attempts`
+        than the record it replaces.
+
+        Returns:
+            The keys whose new record was written.
+        """
+        ...
+
     def write(self, records: Mapping[str, Record]) -> None:
-        """Create or replace records."""
+        """Mark extractions finished (`done` or `lost` records), whatever their record was."""
         ...
 
 
@@ -81,7 +111,8 @@ class SqliteExtractionLedger:
 
     def __init__(self, path: Path) -> None:
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, check_same_thread=False)
+        # Autocommit: every transaction below is begun explicitly, as `begin immediate`.
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("pragma journal_mode=wal")
         self._db.execute("pragma synchronous=normal")  # WAL: a process crash loses nothing
         self._db.execute(
@@ -90,28 +121,68 @@ class SqliteExtractionLedger:
         )
 
     def read(self, keys: list[str]) -> dict[str, Record]:
-        found: dict[str, Record] = {}
         with self._lock:
-            for start in range(0, len(keys), _SQL_BATCH):
-                batch = keys[start : start + _SQL_BATCH]
-                rows = self._db.execute(
-                    "select key, state, attempts, owner, until from extractions"
-                    f" where key in ({','.join('?' * len(batch))})",
-                    batch,
-                )
-                found.update((row[0], Record(*row[1:])) for row in rows)
-        return found
+            return self._select(keys)
+
+    def swap(self, changes: Mapping[str, Swap]) -> set[str]:
+        with self._lock, self._transaction():
+            current = self._select(list(changes))
+            won = {key for key, (old, _) in changes.items() if current.get(key) == old}
+            self._put({key: changes[key][1] for key in won})
+        return won
 
     def write(self, records: Mapping[str, Record]) -> None:
-        with self._lock, self._db:  # one transaction
-            self._db.executemany(
-                "insert or replace into extractions values (?, ?, ?, ?, ?)",
-                [(k, r.state, r.attempts, r.owner, r.until) for k, r in records.items()],
+        with self._lock, self._transaction():
+            self._put(records)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One transaction that holds the database's write lock from its first read on."""
+        self._db.execute("begin immediate")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("rollback")
+            raise
+        self._db.execute("commit")
+
+    def _select(self, keys: list[str]) -> dict[str, Record]:
+        found: dict[str, Record] = {}
+        for start in range(0, len(keys), _SQL_BATCH):
+            batch = keys[start : start + _SQL_BATCH]
+            rows = self._db.execute(
+                "select key, state, attempts, owner, until from extractions"
+                f" where key in ({','.join('?' * len(batch))})",
+                batch,
             )
+            found.update((row[0], Record(*row[1:])) for row in rows)
+        return found
+
+    def _put(self, records: Mapping[str, Record]) -> None:
+        self._db.executemany(
+            "insert or replace into extractions values (?, ?, ?, ?, ?)",
+            [(k, r.state, r.attempts, r.owner, r.until) for k, r in records.items()],
+        )
 
 
 class ChromaExtractionLedger:
-    """The ledger as a collection on the memory store's Chroma server."""
+    """The ledger as a collection on the memory store's Chroma server.
+
+    Chroma has no transactions and its `upsert` is last-writer-wins, so a
+    claim is made with `add`, which inserts an id only if it is absent: the
+    server appends writes to its log and applies them in log order, an `add`
+    of an id that exists changes nothing, and a write returns once it is
+    applied. Each claim of a key is a record of its own, `<key>/<n>`, where n
+    is one more than the `attempts` of the record it replaces: processes that
+    read the same record race for the same id, exactly one wins, and each
+    learns which by reading the id back. One that read an older record aims at
+    an id that the record after it already holds, and loses too. Done and lost
+    marks are final and go to `<key>/end`.
+
+    A key's record is its `end` record if it has one, else its claim with the
+    most attempts; a record written before claims had ids of their own (id =
+    the key) still counts.
+    """
 
     def __init__(self, client: Any) -> None:
         self._client = client
@@ -127,28 +198,69 @@ class ChromaExtractionLedger:
     def read(self, keys: list[str]) -> dict[str, Record]:
         if not keys:
             return {}
-        got = self._records().get(ids=keys, include=["metadatas"])
+        latest: dict[str, tuple[float, Record]] = {}
+        pages = [self._records().get(ids=keys, include=["metadatas"])]  # the unversioned ones
+        for start in range(0, len(keys), _SQL_BATCH):
+            batch = keys[start : start + _SQL_BATCH]
+            pages.append(self._records().get(where={"key": {"$in": batch}}, include=["metadatas"]))
+        for page in pages:
+            for record_id, meta in zip(page["ids"], page["metadatas"], strict=True):
+                key, _, slot = record_id.partition("/")
+                record = _record(meta)
+                rank = math.inf if record.state != "running" else int(slot or record.attempts)
+                if key not in latest or rank > latest[key][0]:
+                    latest[key] = (rank, record)
+        return {key: record for key, (_, record) in latest.items()}
+
+    def swap(self, changes: Mapping[str, Swap]) -> set[str]:
+        if not changes:
+            return set()
+        slots = {
+            key: f"{key}/{old.attempts + 1 if old else 1}" for key, (old, _) in changes.items()
+        }
+        self._records().add(
+            ids=list(slots.values()),
+            embeddings=[_POINT] * len(slots),
+            metadatas=[_metadata(key, new) for key, (_, new) in changes.items()],
+        )
+        ends = [f"{key}/{_END}" for key in changes]
+        got = self._records().get(ids=[*slots.values(), *ends], include=["metadatas"])
+        held = dict(zip(got["ids"], got["metadatas"], strict=True))
         return {
-            key: Record(
-                state=meta["state"],
-                attempts=int(meta.get("attempts", 0)),
-                owner=str(meta.get("owner", "")),
-                until=float(meta.get("until", 0.0)),
-            )
-            for key, meta in zip(got["ids"], got["metadatas"], strict=True)
+            key
+            for key, (_, new) in changes.items()
+            if f"{key}/{_END}" not in held and same_claim(_record(held.get(slots[key]) or {}), new)
         }
 
     def write(self, records: Mapping[str, Record]) -> None:
         if not records:
             return
+        if any(r.state == "running" for r in records.values()):
+            raise ValueError("a claim is taken with swap(), never written outright")
         self._records().upsert(
-            ids=list(records),
+            ids=[f"{key}/{_END}" for key in records],
             embeddings=[_POINT] * len(records),
-            metadatas=[
-                {"state": r.state, "attempts": r.attempts, "owner": r.owner, "until": r.until}
-                for r in records.values()
-            ],
+            metadatas=[_metadata(key, r) for key, r in records.items()],
         )
+
+
+def _metadata(key: str, record: Record) -> dict[str, Any]:
+    return {
+        "key": key,
+        "state": record.state,
+        "attempts": record.attempts,
+        "owner": record.owner,
+        "until": record.until,
+    }
+
+
+def _record(meta: Mapping[str, Any]) -> Record:
+    return Record(
+        state=meta.get("state", "running"),
+        attempts=int(meta.get("attempts", 0)),
+        owner=str(meta.get("owner", "")),
+        until=float(meta.get("until", 0.0)),
+    )
 
 
 class ProcessExtractionLedger:
@@ -161,6 +273,12 @@ class ProcessExtractionLedger:
     def read(self, keys: list[str]) -> dict[str, Record]:
         with self._lock:
             return {k: self._records[k] for k in keys if k in self._records}
+
+    def swap(self, changes: Mapping[str, Swap]) -> set[str]:
+        with self._lock:
+            won = {k for k, (old, _) in changes.items() if self._records.get(k) == old}
+            self._records.update((k, changes[k][1]) for k in won)
+        return won
 
     def write(self, records: Mapping[str, Record]) -> None:
         with self._lock:
@@ -183,16 +301,35 @@ def extraction_ledger_for(store: Any) -> ExtractionLedger:
 
 def _new_ledger(store: Any) -> ExtractionLedger:
     provide = getattr(store, "extraction_ledger", None)
-    if callable(provide):
-        return provide()
+    ledger = provide() if callable(provide) else None
+    if isinstance(ledger, ExtractionLedger):
+        return ledger
     if type(store) not in _WARNED:
         _WARNED.add(type(store))
-        log.warning(
-            "memory backend %s provides no extraction_ledger(): pending extractions are "
-            "recorded in checkpoints, but their completion only in this process",
-            type(store).__name__,
-        )
+        if ledger is not None:
+            log.error(
+                "%s.extraction_ledger() gave a %s, which is not an ExtractionLedger (read, "
+                "swap, write): its claims could not be atomic, so this process keeps its own",
+                type(store).__name__,
+                type(ledger).__name__,
+            )
+        else:
+            log.warning(
+                "memory backend %s provides no extraction_ledger(): pending extractions are "
+                "recorded in checkpoints, but their completion only in this process",
+                type(store).__name__,
+            )
     return ProcessExtractionLedger()
+
+
+def same_claim(record: Record | None, claim: Record) -> bool:
+    """Whether `record` is that claim (its expiry aside: a float may come back from a
+    server a digit short)."""
+    return record is not None and (record.state, record.attempts, record.owner) == (
+        claim.state,
+        claim.attempts,
+        claim.owner,
+    )
 
 
 def this_owner() -> str:

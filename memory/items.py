@@ -7,7 +7,10 @@ and the loop stamps the turn's persona over it (`memory.policy.stamp`); the
 store refuses an item that is still unowned (`require_owner`).
 
 Its id is derived from what it says and where it lives, which makes re-adding
-the same memory an upsert rather than a duplicate.
+the same memory an upsert rather than a duplicate. An item a background
+extraction wrote is the exception: its id comes from the extraction and its
+place in the extraction's output (`extraction_item_id`), so running the
+extraction again, even with other words, rewrites it instead of adding one.
 
 Lone surrogates (code points U+D800–U+DFFF, which no UTF-8 store can hold) in
 any text field are replaced with U+FFFD here, one character for one: this is
@@ -58,8 +61,11 @@ class Source(BaseModel):
 
     session_id: str | None = None
     message_id: str | None = None
+    extraction: str | None = None
+    """The background extraction that wrote it (its ledger key): a re-run of that
+    extraction replaces what this one wrote."""
 
-    _clean = field_validator("session_id", "message_id")(_clean_optional)
+    _clean = field_validator("session_id", "message_id", "extraction")(_clean_optional)
 
 
 class MemoryItem(BaseModel):
@@ -128,6 +134,7 @@ class MemoryItem(BaseModel):
             ("persona_id", self.persona_id),
             ("source_session_id", self.source.session_id),
             ("source_message_id", self.source.message_id),
+            ("source_extraction", self.source.extraction),
         ):
             if value:
                 meta[key] = value
@@ -145,9 +152,21 @@ class MemoryItem(BaseModel):
             source=Source(
                 session_id=meta.get("source_session_id"),
                 message_id=meta.get("source_message_id"),
+                extraction=meta.get("source_extraction"),
             ),
             created_at=float(meta.get("created_at", 0.0)),
         )
+
+
+def extraction_item_id(extraction: str, position: int, bucket: str) -> str:
+    """The id of the `position`-th item a background extraction wrote, in `bucket`.
+
+    Not from the content: a model words a fact differently on every run, and a
+    run that a crash cut off between storing its items and marking them done
+    is run again; with these ids the re-run rewrites the same records.
+    """
+    key = f"{bucket}\x00extraction\x00{extraction}\x00{position}"
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 def bucket_name(scope: Scope, persona_id: str | None) -> str:

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory.extraction_ledger import ExtractionLedger, extraction_ledger_for
+from memory.extraction_ledger import ExtractionLedger, Record, extraction_ledger_for
 from memory.items import MemoryItem, Source
 
 DEFAULT_TIMEOUT = 60.0
@@ -24,13 +24,16 @@ class JobStats:
     succeeded: int = 0
     """Jobs whose memories are stored and marked done."""
     failed: int = 0
-    """Attempts that raised (the extractor, the store or the ledger)."""
+    """Attempts whose extractor raised."""
     timed_out: int = 0
     """Attempts that overran their deadline (their late items are discarded)."""
     retried: int = 0
     """Attempts made again after a failure or an overrun."""
+    setbacks: int = 0
+    """Store or ledger calls a job's work waited on because they failed (the store or its
+    ledger down): tried again with backoff, never an attempt, never a loss."""
     lost: int = 0
-    """Jobs given up after their last attempt (each logged at error level)."""
+    """Jobs given up and marked lost in the ledger (each logged at error level)."""
     skipped: int = 0
     """Jobs the ledger already called done or lost (another process, an earlier life)."""
     deferred: int = 0
@@ -64,13 +67,19 @@ class ExtractionJob:
     store: Any
     timeout: float = DEFAULT_TIMEOUT
     stats: JobStats = field(default_factory=JobStats)
+    abandon: str = ""
+    """Why the job cannot run, if so (it is marked lost as soon as the ledger lets it)."""
     attempts: int = 0
     """Claims so far, this one included (from the ledger, so earlier lives count)."""
+    claim: Record | None = None
+    """This process's claim on the job, as written to the ledger."""
+    items: list[MemoryItem] | None = None
+    """Stamped memories, once extracted (kept until they are stored and marked done)."""
+    setbacks: int = 0
+    """Store or ledger calls for this job that failed (the backoff grows with them)."""
     not_before: float = 0.0
     """Monotonic time before which the job is not looked at again (retries, foreign claims)."""
     waiting_since: float = field(default_factory=time.monotonic)
-    items: list[MemoryItem] = field(default_factory=list)
-    """Stamped memories, once extracted."""
 
     @property
     def ledger(self) -> ExtractionLedger:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from memory.items import MemoryItem, Scope, Source
+from memory.items import MemoryItem, Scope, Source, bucket_name, extraction_item_id
 
 log = logging.getLogger("cyrene.memory")
 
@@ -20,20 +20,29 @@ def stamp(
     extractor put in `persona_id` or `source` is overwritten anyway: a
     persona-scope memory can only land in the persona that produced the turn,
     and provenance is always the run's real session and inbound message. The
-    copy gets its id from its real bucket. A persona-scope item from a turn
-    with no persona is dropped (it has no owner).
+    copy gets its id from its real bucket: from its content, or, when `source`
+    names a background extraction, from the extraction and the item's position
+    (`memory.items.extraction_item_id`), so a re-run of the extraction rewrites
+    these records. A persona-scope item from a turn with no persona is dropped
+    (it has no owner).
     """
     stamped: list[MemoryItem] = []
     for item in items:
         if item.scope is Scope.PERSONA and not persona_id:
             log.info("dropping persona-scope memory from a persona-less turn")
             continue
+        owner = persona_id if item.scope is Scope.PERSONA else None
         stamped.append(
             MemoryItem(
+                id=extraction_item_id(
+                    source.extraction, len(stamped), bucket_name(item.scope, owner)
+                )
+                if source.extraction
+                else None,
                 content=item.content,
                 kind=item.kind,
                 scope=item.scope,
-                persona_id=persona_id if item.scope is Scope.PERSONA else None,
+                persona_id=owner,
                 source=source,
                 created_at=item.created_at,
             )

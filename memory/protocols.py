@@ -8,7 +8,7 @@ the type checker checks those).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Protocol, runtime_checkable
 
 from langchain_core.messages import BaseMessage
@@ -51,6 +51,25 @@ class ProvidesExtractionLedger(Protocol):
 
     def extraction_ledger(self) -> ExtractionLedger:
         """The ledger that records this backend's background extractions."""
+        ...
+
+
+@runtime_checkable
+class PrunesExtractions(Protocol):
+    """The optional part of a `MemoryBackend` that lets a re-run extraction leave nothing behind.
+
+    A background extraction's items have ids from the extraction and their
+    position (`memory.items.extraction_item_id`) and carry its key in
+    `source.extraction`. When a crash cut a run off after it stored its items
+    and before they were marked done, the extraction runs again and rewrites
+    those ids; this deletes what the earlier run stored beyond the new run's
+    items (it may return fewer). A backend without it keeps such extras (logged
+    once per backend type).
+    """
+
+    def prune_extractions(self, written: Mapping[str, Set[str]]) -> int:
+        """Delete the items of these extractions (key → the ids just written) that were not
+        just written; how many went."""
         ...
 
 

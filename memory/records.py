@@ -7,7 +7,7 @@ collections to touch.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from typing import Any
 
 from chromadb.api.models.Collection import Collection
@@ -59,6 +59,21 @@ def write(collection: Collection, items: list[MemoryItem]) -> None:
         documents=[i.content for i in items],
         metadatas=[i.metadata() for i in items],
     )
+
+
+def prune(collection: Collection, written: Mapping[str, Set[str]]) -> int:
+    """Delete the items of these extractions (key → the ids its latest run wrote) that
+    the latest run did not write; how many went."""
+    where: Any = {"source_extraction": {"$in": list(written)}}
+    got: Mapping[str, Any] = collection.get(where=where, include=["metadatas"])
+    stale = [
+        item_id
+        for item_id, meta in zip(got["ids"], got["metadatas"], strict=True)
+        if item_id not in written.get(str((meta or {}).get("source_extraction")), ())
+    ]
+    if stale:
+        collection.delete(ids=stale)
+    return len(stale)
 
 
 def records(got: Mapping[str, Any]) -> list[MemoryItem]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import builtins
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -40,7 +40,7 @@ from memory.extraction_ledger import (
 from memory.items import MemoryItem, Scope, bucket_name, require_owner
 from memory.layout import bucket_metadata, check_owner, collection_name, migrate, ours
 from memory.ranking import Decay, Fusion, SearchResult, rank
-from memory.records import item_key, may_read, records, upsert_each
+from memory.records import item_key, may_read, prune, records, upsert_each
 from memory.reembed import Progress, reembed_store
 from memory.store_lock import DEFAULT_LOCK_TIMEOUT, StoreLock
 from memory.text import clean_text
@@ -306,6 +306,18 @@ class MemoryStore(AbstractContextManager["MemoryStore"]):
             bad = {item_key(item) for item, _ in failed}
             raise MemoryWriteError([i for i in unique if i not in bad], failed)
         return [item_key(item) for item in items]
+
+    def prune_extractions(self, written: Mapping[str, Set[str]]) -> int:
+        """Delete what an interrupted run of these background extractions stored and their
+        latest run did not write again (`memory.protocols.PrunesExtractions`).
+
+        Args:
+            written: extraction key → the ids of the items its latest run wrote.
+
+        Returns:
+            How many memories were deleted.
+        """
+        return sum(prune(collection, written) for collection in self._stored())
 
     def forget(self, item_id: str) -> bool:
         """Delete a memory by id.

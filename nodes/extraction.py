@@ -107,10 +107,10 @@ def resubmit(
             continue
         if not loop.jobs.known(key):
             snapshot = snapshot_until(messages, entry["boundary"])
-            if snapshot is None:
-                loop.jobs.give_up(key, "its turn is no longer in the transcript")
-                continue
-            loop.jobs.submit(job_for(loop, entry, snapshot), backlog)
+            job = job_for(loop, entry, snapshot or [])
+            if snapshot is None:  # marked lost, unless another process already ran it
+                job.abandon = "cannot run: its turn is no longer in the transcript"
+            loop.jobs.submit(job, backlog)
         kept.append(entry)
     return kept
 

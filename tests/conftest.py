@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -128,15 +129,13 @@ def fresh_postgres_url(postgres_url: str) -> Iterator[str]:
             conn.execute(f'drop database if exists "{name}" with (force)')
 
 
-@pytest.fixture(scope="session")
-def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """A real `chroma run` server on a free port, for the session."""
+@contextmanager
+def chroma_run(data: Path, port: int) -> Iterator[subprocess.Popen]:
+    """A `chroma run` server keeping its database in `data`, on `port`, until the block ends."""
     binary = shutil.which("chroma") or str(Path(sys.executable).with_name("chroma"))
     if not Path(binary).exists():
         service_missing("the `chroma` binary (from the chromadb wheel) is not installed")
-    port = free_port()
-    data = tmp_path_factory.mktemp("chroma-server")
-    log = (data / "server.log").open("w")
+    log = (data / "server.log").open("a")
     proc = subprocess.Popen(
         [binary, "run", "--path", str(data / "db"), "--host", "127.0.0.1", "--port", str(port)],
         stdout=log,
@@ -148,10 +147,19 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
             service_missing(
                 f"`chroma run` did not start: {(data / 'server.log').read_text()[-500:]}"
             )
-        yield port
+        yield proc
     finally:
         proc.terminate()
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A real `chroma run` server on a free port, for the session."""
+    port = free_port()
+    with chroma_run(tmp_path_factory.mktemp("chroma-server"), port):
+        yield port

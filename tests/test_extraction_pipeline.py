@@ -23,7 +23,7 @@ from graph import (
     resume_extractions,
     wait_for_extractions,
 )
-from memory import MemoryItem, MemoryStore, Scope, Source, pipeline
+from memory import HashingEmbedding, MemoryItem, MemoryStore, Scope, Source, pipeline
 from memory.background import ExtractionJob, queue_depth, unfinished
 from memory.extraction_ledger import (
     LEDGER_COLLECTION,
@@ -36,7 +36,7 @@ from memory.extraction_ledger import (
 from memory.pipeline import Pipeline
 from memory.protocols import ProvidesExtractionLedger
 from memory.transcript import last_human, message_text
-from tests.conftest import human, make_config, thread
+from tests.conftest import chroma_run, free_port, human, make_config, thread
 from tests.scripted import ScriptedChatModel
 
 
@@ -274,3 +274,68 @@ def test_a_backend_that_provides_its_ledger_shares_it_with_every_worker(tmp_path
     assert extractor.calls == ["服务器上的另一件事"], "extracted once, by the first worker"
     assert [i.content for i in server.values()] == ["服务器上的另一件事"]
     assert "completion only in this process" not in caplog.text
+
+
+class ReadWriteLedger:
+    """A ledger written for the old protocol: read and write, no compare-and-swap."""
+
+    def read(self, keys: list[str]) -> dict[str, Record]:
+        return {}
+
+    def write(self, records: dict[str, Record]) -> None:
+        pass
+
+
+class ReadWriteBackend(DictBackend):
+    def extraction_ledger(self) -> ReadWriteLedger:
+        return ReadWriteLedger()
+
+
+def test_a_ledger_that_cannot_claim_atomically_is_refused_loudly(caplog):
+    backend = ReadWriteBackend()
+    config = make_config(
+        ScriptedChatModel(script=[AIMessage("嗯")]), memory=backend, extractor=Remember()
+    )
+    build_graph(config).invoke({"messages": [human("旧账本")]}, thread("old-ledger"))
+    assert wait_for_extractions(10)
+    assert [i.content for i in backend.items.values()] == ["旧账本"], "extracted all the same"
+    assert "not an ExtractionLedger (read, swap, write)" in caplog.text
+
+
+@pytest.mark.slow
+@pytest.mark.services
+def test_a_chroma_server_that_goes_down_delays_a_memory_and_loses_nothing(tmp_path, caplog):
+    """The server stops while the extractor runs: the write and the done mark wait and are
+    tried again, nothing is called lost, and once the server is back the memory lands,
+    extracted once."""
+    port, gate = free_port(), threading.Event()
+    extractor = Remember(gate)
+    before = extraction_stats()
+    with chroma_run(tmp_path, port), open_checkpointer("memory") as saver:
+        store = MemoryStore.connect(port=port, embedding_function=HashingEmbedding())
+        config = make_config(
+            ScriptedChatModel(script=[AIMessage("嗯")]), memory=store, extractor=extractor
+        )
+        graph = build_graph(config, saver)
+        graph.invoke({"messages": [human("服务器停了也要记住")]}, thread("down"))
+        [entry] = graph.get_state(thread("down")).values["pending_extractions"]
+        deadline = time.monotonic() + 10
+        while not extractor.calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert extractor.calls, "claimed, and extracting"
+    gate.set()  # the server is down: the write fails
+    time.sleep(2.0)
+    assert queue_depth() == 1, "still in hand"
+    down = extraction_stats()
+    assert down.setbacks - before.setbacks >= 2 and down.lost == before.lost
+    assert "its memories are lost" not in caplog.text
+    with chroma_run(tmp_path, port):
+        assert wait_for_extractions(40)
+        assert [i.content for i in store.list()] == ["服务器停了也要记住"]
+        assert unfinished(store, [entry["key"]]) == set(), "marked done"
+    after = extraction_stats()
+    assert extractor.calls == ["服务器停了也要记住"], (
+        "extracted once, stored when the server came back"
+    )
+    assert (after.succeeded - before.succeeded, after.lost - before.lost) == (1, 0)
+    assert "its memories are lost" not in caplog.text

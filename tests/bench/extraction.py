@@ -91,7 +91,8 @@ class BulkExtractor:
 
 
 class TimedStore(MemoryStore):
-    """The real store, noting when each memory's write first returned."""
+    """The real store, noting when each memory's write first returned (by its text: a
+    background extraction's memory has an id from the extraction, not from its words)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -99,10 +100,11 @@ class TimedStore(MemoryStore):
         self.writing = threading.Event()
 
     def add_many(self, items: Iterable[MemoryItem]) -> list[str]:
+        items = list(items)
         ids = super().add_many(items)
         now = time.monotonic()
-        for item_id in ids:
-            self.stored_at.setdefault(item_id, now)
+        for item in items:
+            self.stored_at.setdefault(item.content, now)
         self.writing.set()
         return ids
 
@@ -140,7 +142,7 @@ async def run_load(
                 )
                 done = time.monotonic()
                 latencies.append((done - started) * 1000)
-                replied[str(MemoryItem(content=fact, scope=Scope.USER).id)] = done
+                replied[fact] = done
                 turn += 1
 
         await asyncio.gather(*(session(n) for n in range(SESSIONS)))
