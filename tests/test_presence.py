@@ -3,6 +3,8 @@ every quiet message heard by the next answer, with its speaker."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
@@ -238,9 +240,9 @@ def test_the_settings_refuse_what_would_silently_do_nothing():
 
 
 def test_studios_graph_shows_the_decision_as_a_node_update(tmp_path, monkeypatch):
-    from studio import graph as studio_graph
-
     monkeypatch.setenv("CYRENE_DATA", str(tmp_path))
+    # The module builds the server's graph when it is imported: over tmp_path, here.
+    studio_graph = importlib.import_module("studio.graph")
     config = studio_graph.make_config(group_reply="mentioned")
     try:
         graph = studio_graph.make_graph(config)
