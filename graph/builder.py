@@ -143,6 +143,68 @@ def route_after_tools(next_stage: str):
     return inline(route_after_tools)
 
 
+@dataclass(frozen=True)
+class Stages:
+    """Where each part of a turn goes, given the stages a config switches on. Stages that are
+    off are skipped rather than run as no-ops: every superstep costs a checkpoint write."""
+
+    view: str
+    """Where a round's view is made: `assemble_context` as a step, or inside `call_model`."""
+    round_start: str
+    turn_start: str
+    after_extract: str
+    after_reply: str
+    presence: bool
+    """Group turns are decided at `call_model` before anything else runs."""
+
+    @classmethod
+    def of(cls, config: LoopConfig) -> Stages:
+        view = ASSEMBLE if config.model_view_step else CALL
+        compacting = config.max_context_tokens != 0 and config.model_view_step
+        round_start = COMPACT if compacting else view
+        after_extract = FINISH if config.on_turn_end is not None else END
+        extracting = config.extractor is not None and config.memory is not None
+        return cls(
+            view=view,
+            round_start=round_start,
+            turn_start=VISION if config.vision is not None else round_start,
+            after_extract=after_extract,
+            after_reply=EXTRACT if extracting else after_extract,
+            presence=config.group_reply != "always",
+        )
+
+
+def add_edges(
+    graph: StateGraph[Any, SessionEnv, Any, Any], config: LoopConfig, stages: Stages
+) -> None:
+    """Wire the seven nodes as DESIGN §3 draws them; every node stays in the drawing."""
+    sequential = config.tool_execution == "sequential"
+    round_starts = [COMPACT, ASSEMBLE, CALL]
+    start_route = (
+        group_turn_start(stages.turn_start) if stages.presence else fixed_route(stages.turn_start)
+    )
+    graph.add_conditional_edges(START, start_route, [VISION, *round_starts])
+    graph.add_conditional_edges(VISION, fixed_route(stages.round_start), round_starts)
+    graph.add_conditional_edges(COMPACT, fixed_route(stages.view), [ASSEMBLE, CALL])
+    graph.add_edge(ASSEMBLE, CALL)
+    decided = AfterDecision(stages.turn_start, stages.after_extract) if stages.presence else None
+    graph.add_conditional_edges(
+        CALL,
+        route_after_model(
+            sequential, stages.after_reply, stages.round_start, config.max_rounds, decided
+        ),
+        [DISPATCH, *([VISION] if stages.presence else []), *round_starts, EXTRACT, FINISH, END],
+    )
+    after_tools = route_after_tools(stages.round_start) if sequential else None
+    graph.add_conditional_edges(
+        DISPATCH,
+        after_tools or fixed_route(stages.round_start),
+        [DISPATCH, *round_starts] if sequential else round_starts,
+    )
+    graph.add_conditional_edges(EXTRACT, fixed_route(stages.after_extract), [FINISH, END])
+    graph.add_edge(FINISH, END)
+
+
 def build_graph(
     config: LoopConfig,
     checkpointer: BaseCheckpointSaver | None = None,
@@ -179,51 +241,17 @@ def build_graph(
         ...                  context=SessionEnv(actor="owner"))
     """
     loop = Loop.from_config(config, archives=archive_for)
-    sequential = config.tool_execution == "sequential"
     graph: StateGraph[Any, SessionEnv, Any, Any] = StateGraph(
         LoopState, context_schema=SessionEnv, input_schema=TurnInput
     )
     graph.add_node(VISION, make_resolve_vision(loop))
     graph.add_node(COMPACT, make_compact(loop))
     graph.add_node(ASSEMBLE, make_assemble_context(loop))
-    graph.add_node(
-        CALL,
-        make_call_model(loop),
-        retry_policy=config.retry,
-    )
+    graph.add_node(CALL, make_call_model(loop), retry_policy=config.retry)
     graph.add_node(DISPATCH, make_dispatch_tools(loop))
     graph.add_node(EXTRACT, make_extract_memory(loop))
     graph.add_node(FINISH, make_finish_turn(loop))
-    # Stages that are off are skipped rather than run as no-ops: every
-    # superstep costs a checkpoint write. All nodes stay in the drawn graph.
-    view_stage = ASSEMBLE if config.model_view_step else CALL
-    compacting = config.max_context_tokens != 0 and config.model_view_step
-    round_start = COMPACT if compacting else view_stage
-    turn_start = VISION if config.vision is not None else round_start
-    after_extract = FINISH if config.on_turn_end is not None else END
-    extracting = config.extractor is not None and config.memory is not None
-    after_reply = EXTRACT if extracting else after_extract
-    round_starts = [COMPACT, ASSEMBLE, CALL]
-    presence = config.group_reply != "always"
-    start_route = group_turn_start(turn_start) if presence else fixed_route(turn_start)
-    graph.add_conditional_edges(START, start_route, [VISION, *round_starts])
-    graph.add_conditional_edges(VISION, fixed_route(round_start), round_starts)
-    graph.add_conditional_edges(COMPACT, fixed_route(view_stage), [ASSEMBLE, CALL])
-    graph.add_edge(ASSEMBLE, CALL)
-    decided = AfterDecision(turn_start, after_extract) if presence else None
-    graph.add_conditional_edges(
-        CALL,
-        route_after_model(sequential, after_reply, round_start, config.max_rounds, decided),
-        [DISPATCH, *([VISION] if presence else []), *round_starts, EXTRACT, FINISH, END],
-    )
-    if sequential:
-        graph.add_conditional_edges(
-            DISPATCH, route_after_tools(round_start), [DISPATCH, *round_starts]
-        )
-    else:
-        graph.add_conditional_edges(DISPATCH, fixed_route(round_start), round_starts)
-    graph.add_conditional_edges(EXTRACT, fixed_route(after_extract), [FINISH, END])
-    graph.add_edge(FINISH, END)
+    add_edges(graph, config, Stages.of(config))
     compiled = graph.compile(checkpointer=checkpointer, store=store, name=name)
     # Tool calls of one batch run as parallel tasks of one superstep; this caps
     # them; the subclass checks input and picks durability (see CyreneGraph).

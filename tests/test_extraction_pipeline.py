@@ -222,14 +222,18 @@ class DictBackend:
         return [i.id for i in items]
 
 
-def test_a_backend_without_chroma_still_extracts_in_the_background(caplog):
-    backend = DictBackend()
+def extracted_into(backend: DictBackend, text: str) -> list[str]:
+    """What one turn saying `text` leaves in `backend`, once its extraction has run."""
     config = make_config(
         ScriptedChatModel(script=[AIMessage("嗯")]), memory=backend, extractor=Remember()
     )
-    build_graph(config).invoke({"messages": [human("自带的存储")]}, thread("own"))
+    build_graph(config).invoke({"messages": [human(text)]}, thread(f"own-{text}"))
     assert wait_for_extractions(10)
-    assert [i.content for i in backend.items.values()] == ["自带的存储"]
+    return [i.content for i in backend.items.values()]
+
+
+def test_a_backend_without_chroma_still_extracts_in_the_background(caplog):
+    assert extracted_into(DictBackend(), "自带的存储") == ["自带的存储"]
     assert "completion only in this process" in caplog.text
 
 
@@ -292,13 +296,7 @@ class ReadWriteBackend(DictBackend):
 
 
 def test_a_ledger_that_cannot_claim_atomically_is_refused_loudly(caplog):
-    backend = ReadWriteBackend()
-    config = make_config(
-        ScriptedChatModel(script=[AIMessage("嗯")]), memory=backend, extractor=Remember()
-    )
-    build_graph(config).invoke({"messages": [human("旧账本")]}, thread("old-ledger"))
-    assert wait_for_extractions(10)
-    assert [i.content for i in backend.items.values()] == ["旧账本"], "extracted all the same"
+    assert extracted_into(ReadWriteBackend(), "旧账本") == ["旧账本"], "extracted all the same"
     assert "not an ExtractionLedger (read, swap, write)" in caplog.text
 
 

@@ -28,6 +28,7 @@ import gc
 import random
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,10 +108,9 @@ def script(size: int, seed: int = 22) -> list[Line]:
 
 @dataclass
 class Tally:
-    answered_addressed: int = 0
-    answered_other: int = 0
-    addressed: int = 0
-    other: int = 0
+    """Messages by (addressed?, answered?), and the CPU of quiet and answered turns."""
+
+    counts: Counter[tuple[bool, bool]] = field(default_factory=Counter)
     cpu_quiet: list[float] = field(default_factory=list)
     cpu_answered: list[float] = field(default_factory=list)
 
@@ -141,12 +141,7 @@ def replay(policy: str, lines: list[Line], folder: Path, url: str) -> tuple[Tall
 
 
 def count(tally: Tally, line: Line, answered: bool, spent: float) -> None:
-    if line.addressed:
-        tally.addressed += 1
-        tally.answered_addressed += answered
-    else:
-        tally.other += 1
-        tally.answered_other += answered
+    tally.counts[line.addressed, answered] += 1
     (tally.cpu_answered if answered else tally.cpu_quiet).append(spent)
 
 
@@ -155,12 +150,13 @@ def mean_ms(samples: list[float]) -> float:
 
 
 def accuracy_row(policy: str, tally: Tally, calls: int) -> Row:
-    hit = tally.answered_addressed / tally.addressed
-    stray = tally.answered_other / tally.other
+    addressed = tally.counts[True, True] + tally.counts[True, False]
+    other = tally.counts[False, True] + tally.counts[False, False]
+    hit, stray = tally.counts[True, True] / addressed, tally.counts[False, True] / other
     return (
         f"presence `{policy}`: answered when addressed / when not",
         f"{hit:.0%} / {stray:.0%}",
-        f"{tally.addressed} addressed, {tally.other} not",
+        f"{addressed} addressed, {other} not",
         f"{calls} model calls",
         TARGETS.get(policy, "reported"),
     )
