@@ -63,14 +63,14 @@ class SteadyModel(OfflineChatModel):
     """Zero latency, one reply, and nothing kept of what it is sent: 10,000
     turns of recorded requests would hold gigabytes."""
 
-    reply: str = "挺好的，刚看完一本书。你呢，今天有什么开心的事？"
+    text: str = "挺好的，刚看完一本书。你呢，今天有什么开心的事？"
 
     @property
     def _llm_type(self) -> str:
         return "steady"
 
     def reply_to(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> AIMessage:
-        return AIMessage(self.reply)
+        return AIMessage(self.text)
 
 
 @dataclass
