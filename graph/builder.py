@@ -12,9 +12,9 @@ START → resolve_vision → compact → assemble_context → call_model
 
 With `LoopConfig.group_reply` other than "always", a group turn starts at
 `call_model`, whose first policy decides whether to answer
-(`nodes.policies.presence`): a quiet turn ends there (through `finish_turn`
-when a turn-end hook is set), an answered one goes back to the turn's first
-stage and then to the model.
+(`nodes.policies.presence`): a quiet turn ends there (no reply, so no turn-end
+hook either: a quiet message costs a fraction of an answered turn), an answered
+one goes back to the turn's first stage and then to the model.
 
 Stages with nothing to do (no vision describer, no token budget, no extractor,
 no turn-end hook) are routed around at build time, and so is `assemble_context`
@@ -75,29 +75,19 @@ def _sends(calls: list[ToolCall]) -> list[Send]:
     return [Send(DISPATCH, [call]) for call in calls]
 
 
-@dataclass(frozen=True)
-class AfterDecision:
-    """Where a group turn goes once presence decided and no model was called."""
-
-    answer: str
-    """The turn's first stage: vision, compaction or the view, then the model."""
-    quiet: str
-    """`finish_turn` when a turn-end hook is set, else the end."""
-
-
 def route_after_model(
     sequential: bool,
     turn_end: str,
     round_start: str,
     max_rounds: int,
-    decided: AfterDecision | None = None,
+    answer_at: str | None = None,
 ):
     def route_after_model(state: LoopState) -> list[Send] | str:
         """Run the requested tool calls; after calls the loop answered itself (cut off,
         unparseable), let the model issue them again; after a group turn's decision, its
         stages or its end; otherwise end the turn."""
-        if decided is not None and (step := after_decision(state)) is not None:
-            return decided.answer if step == "answer" else decided.quiet
+        if answer_at is not None and (step := after_decision(state)) is not None:
+            return answer_at if step == "answer" else END
         pending = pending_tool_calls(state["messages"])
         if pending:
             return _sends(pending[:1] if sequential else pending)
@@ -187,11 +177,11 @@ def add_edges(
     graph.add_conditional_edges(VISION, fixed_route(stages.round_start), round_starts)
     graph.add_conditional_edges(COMPACT, fixed_route(stages.view), [ASSEMBLE, CALL])
     graph.add_edge(ASSEMBLE, CALL)
-    decided = AfterDecision(stages.turn_start, stages.after_extract) if stages.presence else None
+    answer_at = stages.turn_start if stages.presence else None  # a decided group turn's next stage
     graph.add_conditional_edges(
         CALL,
         route_after_model(
-            sequential, stages.after_reply, stages.round_start, config.max_rounds, decided
+            sequential, stages.after_reply, stages.round_start, config.max_rounds, answer_at
         ),
         [DISPATCH, *([VISION] if stages.presence else []), *round_starts, EXTRACT, FINISH, END],
     )

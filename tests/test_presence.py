@@ -158,10 +158,10 @@ def test_a_quiet_turn_runs_no_stage_no_tool_and_no_extraction_but_the_turn_end_h
         assert described == [] and model.requests == [], "no vision call, no model call"
         state = say(graph, "g", "昔涟，现在几点？", "小红")
     updates = [list(c) for mode, c in chunks if mode == "updates"]
-    assert updates == [["call_model"], ["finish_turn"]], "the decision, then the turn-end hook"
+    assert updates == [["call_model"]], "the decision ends a quiet turn: no reply, no turn-end hook"
     [event] = [c for mode, c in chunks if mode == "custom"]
     assert event["kind"] == "presence" and event["reply"] is False
-    assert ended[0] == ("看这张", ""), "the hook hears a turn without a reply"
+    assert [user for user, _ in ended] == ["昔涟，现在几点？"], "the hook hears the answered turn only"
     assert len(described) == 1, "the answered turn folded the quiet message's image"
     assert "一张图" in str(model.requests[0].messages), "and the model saw its description"
     assert [m.type for m in state["messages"]] == ["human", "human", "ai", "tool", "ai"]
@@ -255,7 +255,7 @@ def test_studios_graph_shows_the_decision_as_a_node_update(tmp_path, monkeypatch
         )
     finally:
         config.memory.close()
-    assert [list(update) for update in quiet] == [["call_model"], ["finish_turn"]]
+    assert [list(update) for update in quiet] == [["call_model"]]
     decision = quiet[0]["call_model"]["presence"]
     assert decision["reply"] is False and decision["reason"].startswith("not addressed")
 
