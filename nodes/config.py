@@ -22,6 +22,7 @@ from langgraph.types import RetryPolicy
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from memory.protocols import Extractor, MemoryBackend
+from nodes.choices import GroupReply
 from nodes.policies.base import RoundPolicy
 from nodes.policies.capacity import CapacityEvent, CapacityPolicy, repeated
 from nodes.policies.guards import Guard
@@ -32,7 +33,6 @@ from nodes.protocols import Compactor, ImageDescriber, ReplyJudge
 ModelLike = BaseChatModel | str
 DEFAULT_REFUSAL = "抱歉，这个话题我不能继续。"
 BusyPolicy = Literal["merge", "enqueue", "reject"]
-GroupReply = Literal["always", "mentioned", "judged"]
 
 
 RENAMED_FIELDS = {

@@ -22,6 +22,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from memory.background import BackgroundJobs
 from memory.transcript import last_human
+from nodes.extras import missing_extra
 from nodes.policies.knobs import Knobs
 from nodes.protocols import TranscriptArchive
 from nodes.run_config import thread_id
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from nodes.env import SessionEnv
 
 log = logging.getLogger("cyrene.loop")
+PROVIDER_EXTRAS = ("openai", "anthropic", "ollama")
+"""Providers whose LangChain package one of our extras installs (pyproject.toml)."""
 
 
 def resolve_model(model: BaseChatModel | str, field_name: str) -> BaseChatModel:
@@ -44,7 +47,12 @@ def resolve_model(model: BaseChatModel | str, field_name: str) -> BaseChatModel:
 
     try:
         return init_chat_model(model)
-    except Exception as exc:  # missing provider package, missing API key, bad name
+    except ImportError as exc:  # the provider's LangChain package: one of our extras
+        provider = model.partition(":")[0]
+        extra = provider if provider in PROVIDER_EXTRAS else None
+        hint = missing_extra(extra, f"{model!r}") if extra else str(exc)
+        raise ValueError(f"{field_name}: cannot load chat model {model!r}: {hint}") from exc
+    except Exception as exc:  # a missing API key, a bad name
         raise ValueError(f"{field_name}: cannot load chat model {model!r}: {exc}") from exc
 
 

@@ -180,7 +180,7 @@ async def test_studio_serves_the_loop_and_persists_across_restarts(tmp_path):
         await assert_every_stage_shows(client)
     finally:
         first.stop()
-    assert (data / "studio-checkpoints.db").exists()
+    assert (data / "checkpoints.db").exists(), "the CLI's own file: sessions are shared"
 
     second = DevServer(data, tmp_path / "second.log", via_cli=True)
     try:
