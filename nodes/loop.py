@@ -35,6 +35,13 @@ if TYPE_CHECKING:
     from nodes.env import SessionEnv
 
 log = logging.getLogger("cyrene.loop")
+TRACE_SESSION, TRACE_ACTOR, TRACE_PERSONA, TRACE_ROUND = (
+    "cyrene_session_id",
+    "cyrene_actor",
+    "cyrene_persona",
+    "cyrene_round",
+)
+"""The run metadata keys `trace_facts` and each model call set (README "Tracing")."""
 PROVIDER_EXTRAS = ("openai", "anthropic", "ollama")
 """Providers whose LangChain package one of our extras installs (pyproject.toml)."""
 
@@ -165,6 +172,16 @@ class Loop:
     # -- run facts -------------------------------------------------------
     def now(self) -> datetime:
         return self.config.clock()
+
+    def trace_facts(self, env: SessionEnv, config: RunnableConfig | None) -> dict[str, Any]:
+        """What a trace of the run says about it: LangChain metadata every run of the turn
+        inherits (OpenTelemetry attributes via `graph.tracing`, LangSmith metadata). Ids and
+        names only, never text: a restricted session's words stay out of traces."""
+        return {
+            TRACE_SESSION: self.session_id(env, config),
+            TRACE_ACTOR: env.actor,
+            TRACE_PERSONA: self.persona_for(env),
+        }
 
     @staticmethod
     def session_id(env: SessionEnv, config: RunnableConfig | None) -> str | None:

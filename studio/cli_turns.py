@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from langchain_core.language_models import BaseChatModel
 
 from graph.shutdown import GracefulStop, StopRequested
 from nodes.choices import ACTORS
-from studio.cli_errors import EXIT_OK
+from nodes.extras import missing_extra
+from studio.cli_errors import EXIT_OK, CliError
 from studio.cli_session import EXTRACTION_TIMEOUT, Session
 
 CHAT_HELP = (
@@ -19,9 +22,30 @@ CHAT_HELP = (
 )
 
 
+OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+
+@contextmanager
+def exported_traces() -> Iterator[None]:
+    """While the command runs, spans go to OTLP/HTTP when an endpoint is set (the SDK reads
+    it); they are flushed before the command returns."""
+    if not any(os.environ.get(name) for name in OTLP_ENDPOINTS):
+        yield
+        return
+    try:
+        from graph.tracing import enable_tracing
+    except ImportError as exc:
+        raise CliError(missing_extra("otel", "OTEL_EXPORTER_OTLP_ENDPOINT (tracing)")) from exc
+    provider = enable_tracing()
+    try:
+        yield
+    finally:
+        provider.shutdown()
+
+
 def turn_command(args: argparse.Namespace, model: BaseChatModel | None) -> int:
-    """demo, run, chat and resume: turns under a graceful stop."""
-    with GracefulStop(interrupt_idle=True) as stop:
+    """demo, run, chat and resume: turns under a graceful stop, traced when asked."""
+    with exported_traces(), GracefulStop(interrupt_idle=True) as stop:
         try:
             with Session(args, stop, model) as session:
                 try:
