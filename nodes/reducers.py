@@ -55,8 +55,8 @@ def merge_transcript(current: list[BaseMessage], writes: Sequence[Any]) -> list[
         # One pass over the whole batch applies the writes in order, as one call per
         # write would; whole messages need no `add_messages` (nor its import).
         moved = kept_apart(current, batch)
-        whole = all(whole_message(m) for m in moved)
-        merged = replaced_by_id(current, moved) if whole else add_messages(current, moved)
+        light = replaced_by_id(current, moved) if all(by_id(m) for m in moved) else None
+        merged = add_messages(current, moved) if light is None else light
         if merged[: len(current)] != current:  # a write replaced or removed a stored message
             return close_interrupted_calls(merged)
     # `current` is already closed, so only the calls of its last reply can be left
@@ -77,19 +77,36 @@ def whole_message(message: Any) -> bool:
     )
 
 
-def replaced_by_id(current: list[BaseMessage], batch: list[BaseMessage]) -> list[BaseMessage]:
-    """What `add_messages` returns for whole messages: each replaces the message holding
-    its id, in place, or is appended. The usual step after a reply (the turn-end hook
-    rewrites it with its mood) takes this path, with no LangGraph import."""
+def replaced_by_id(
+    current: list[BaseMessage], batch: list[BaseMessage]
+) -> list[BaseMessage] | None:
+    """What `add_messages` returns for whole messages and removals by id: each message
+    replaces the one holding its id, in place, or is appended; a removal drops its id.
+    None when a removal names an id nobody holds (`add_messages` raises for that). The
+    usual steps take this path with no LangGraph import: a reply the turn-end hook
+    rewrites with its mood, compaction moving messages to the archive."""
     merged = list(current)
     at = {m.id: i for i, m in enumerate(merged)}
+    removed: set[str | None] = set()
     for message in batch:
-        if message.id in at:
+        if isinstance(message, RemoveMessage):
+            if message.id not in at:
+                return None
+            removed.add(message.id)
+        elif message.id in at:
+            removed.discard(message.id)
             merged[at[message.id]] = message
         else:
             at[message.id] = len(merged)
             merged.append(message)
-    return merged
+    return [m for m in merged if m.id not in removed] if removed else merged
+
+
+def by_id(message: Any) -> bool:
+    """A whole message, or the removal of one message, by id: what `replaced_by_id` folds."""
+    if isinstance(message, RemoveMessage):
+        return bool(message.id) and message.id != REMOVE_ALL_MESSAGES
+    return whole_message(message)
 
 
 def only_new_messages(current: Sequence[BaseMessage], batch: Sequence[Any]) -> bool:
