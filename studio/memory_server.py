@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memory.lease import pid_running
+
 if TYPE_CHECKING:
     from memory.store import MemoryStore
 
@@ -51,7 +53,7 @@ class MemoryServer:
 
     def answers(self) -> bool:
         """Whether its process lives (when known) and its port accepts a connection."""
-        if self.pid is not None and not _alive(self.pid):
+        if self.pid is not None and not pid_running(self.pid):
             return False
         with socket.socket() as probe:
             probe.settimeout(1.0)
@@ -160,16 +162,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _die_with_parent() -> None:

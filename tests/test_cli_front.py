@@ -281,3 +281,26 @@ def test_a_memory_server_record_left_by_a_killed_studio_is_ignored(tmp_path, cap
     added = cyrene(capsys, "memory", "add", "团子是一只猫", "--data", str(tmp_path))
     assert added.code == 0, added.err
     assert (tmp_path / "memory" / "chroma.sqlite3").exists(), "the embedded store was used"
+
+
+@pytest.mark.slow
+def test_memory_commands_use_a_chroma_server_when_given_one(tmp_path, capsys):
+    """`--memory-server HOST:PORT` (`$CYRENE_MEMORY_SERVER`): the memories live on that server,
+    and the data folder gets no embedded store."""
+    from studio.memory_server import start_server, stop_server
+
+    served = tmp_path / "served"
+    served.mkdir()
+    process, server = start_server(served)
+    try:
+        data = ("--data", str(tmp_path / "data"), "--memory-server", server.address)
+        added = cyrene(capsys, "memory", "add", "主人的猫叫团子", *data)
+        assert added.code == 0, added.err
+        assert "团子" in cyrene(capsys, "memory", "list", *data).out
+        turn = cyrene(capsys, "run", "记住 周末去爬山", *data)
+        assert turn.code == 0, turn.err
+        assert "周末去爬山" in cyrene(capsys, "memory", "list", *data).out
+    finally:
+        stop_server(served, process)
+    assert not (tmp_path / "data" / "memory").exists()
+    assert (served / "memory" / "chroma.sqlite3").exists(), "the server wrote its own folder"
