@@ -71,81 +71,58 @@ def port(text: str) -> int:
     return value
 
 
-def _specs() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
-    """The shared options, with their defaults as the environment sets them now."""
-    env = {name: os.environ.get(var) or None for name, var in ENV.items()}
-    return {
-        "data": (
-            ("--data",),
-            {
-                "type": Path,
-                "default": Path(env["data"] or settings.DEFAULT_DATA),
-                "help": "data folder: checkpoints.db, memory/, audit.jsonl [CYRENE_DATA] "
-                "(default ./.cyrene)",
-            },
-        ),
-        "checkpoint": (
-            ("--checkpoint",),
-            {
-                "default": env["checkpoint"],
-                "metavar": "URL",
-                "help": "checkpoint URL: memory, sqlite:///relative.db, sqlite:////abs.db or "
-                "postgresql://… [CYRENE_CHECKPOINT] (default sqlite:///DATA/checkpoints.db)",
-            },
-        ),
-        "model": (
-            ("--model",),
-            {
-                "default": env["model"],
-                "metavar": "PROVIDER:MODEL",
-                "help": "chat model, e.g. openai:gpt-4o-mini [CYRENE_MODEL] "
-                "(default: the offline demo model)",
-            },
-        ),
-        "memory_server": (
-            ("--memory-server",),
-            {
-                "default": env["memory_server"],
-                "metavar": "HOST:PORT",
-                "help": "a Chroma server (`chroma run`) holding the memories [CYRENE_MEMORY_SERVER] "
-                "(default: the one `cyrene studio` runs for DATA, else DATA/memory embedded)",
-            },
-        ),
-        "session": (("--session",), {"default": "default", "help": "session (thread) id"}),
-        "persona": (
-            ("--persona",),
-            {"default": None, "help": "persona to answer as: xilian (default) or aglaea"},
-        ),
-        "actor": (
-            ("--actor",),
-            {"default": "owner", "choices": ACTORS, "help": "who is talking (default owner)"},
-        ),
-        "name": (
-            ("--name",),
-            {"default": None, "help": "the speaker's display name in a group or stranger chat"},
-        ),
-        "group_reply": (
-            ("--group-reply",),
-            {
-                "default": env["group_reply"],
-                "choices": GROUP_REPLIES,
-                "help": "which group turns are answered: always; mentioned (her name or a "
-                "nickname in the text); judged (the offline scorer) [CYRENE_GROUP_REPLY]",
-            },
-        ),
-    }
+OPTIONS: dict[str, dict[str, Any]] = {
+    "data": {
+        "type": Path,
+        "help": "data folder: checkpoints.db, memory/, audit.jsonl (default ./.cyrene)",
+    },
+    "checkpoint": {
+        "metavar": "URL",
+        "help": "checkpoint URL: memory, sqlite:///relative.db, sqlite:////abs.db or "
+        "postgresql://… (default sqlite:///DATA/checkpoints.db)",
+    },
+    "model": {
+        "metavar": "PROVIDER:MODEL",
+        "help": "chat model, e.g. openai:gpt-4o-mini (default: the offline demo model)",
+    },
+    "memory_server": {
+        "metavar": "HOST:PORT",
+        "help": "a Chroma server (`chroma run`) holding the memories (default: the one "
+        "`cyrene studio` runs for DATA, else DATA/memory embedded)",
+    },
+    "session": {"default": "default", "help": "session (thread) id"},
+    "persona": {"help": "persona to answer as: xilian (default) or aglaea"},
+    "actor": {"default": "owner", "choices": ACTORS, "help": "who is talking (default owner)"},
+    "name": {"help": "the speaker's display name in a group or stranger chat"},
+    "group_reply": {
+        "choices": GROUP_REPLIES,
+        "help": "which group turns are answered: always; mentioned (her name or a nickname "
+        "in the text); judged (the offline scorer)",
+    },
+}
+"""The shared options (`--group-reply` for `group_reply`), without their environment."""
+
+
+def _option(name: str, top: bool) -> dict[str, Any]:
+    """`name`'s argparse settings: the default its environment variable sets now (shown in
+    its help), or SUPPRESS in a subcommand's copy, so that it never overwrites a value
+    given before the subcommand."""
+    spec = dict(OPTIONS[name])
+    variable = ENV.get(name)
+    default = (variable and os.environ.get(variable)) or spec.get("default")
+    if variable:
+        spec["help"] = f"{spec['help']} [{variable}]"
+    if name == "data":
+        default = Path(default or settings.DEFAULT_DATA)
+    return {**spec, "default": default if top else argparse.SUPPRESS}
 
 
 def add_options(parser: argparse.ArgumentParser, names: tuple[str, ...], top: bool) -> None:
-    """The shared options; a subcommand's copies default to SUPPRESS so that they
-    never overwrite a value given before the subcommand."""
-    specs = _specs()
+    """The shared options, on the top parser (`top`) or a subcommand's."""
     for name in names:
-        flags, kwargs = specs[name]
-        parser.add_argument(*flags, **{**kwargs, **({} if top else {"default": SUPPRESS})})
+        parser.add_argument(f"--{name.replace('_', '-')}", **_option(name, top))
 
 
-SUPPRESS = argparse.SUPPRESS
 STORES = ("data", "checkpoint")
 TURN = (*STORES, "model", "memory_server", "persona", "actor", "name", "group_reply")
 ALL = (*TURN, "session")
