@@ -135,7 +135,8 @@ def reading(args: argparse.Namespace) -> Iterator[tuple[BaseCheckpointSaver, Tra
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     if not path.exists():
-        raise CliError(f"--checkpoint {url}: no database at {path}", EXIT_NOT_FOUND)
+        where = f"--checkpoint {url}" if args.checkpoint else f"--data {args.data}"
+        raise CliError(f"{where}: no sessions yet (no database at {path})", EXIT_NOT_FOUND)
     try:
         conn = _read_only(path)
     except sqlite3.Error as exc:

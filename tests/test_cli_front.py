@@ -304,3 +304,15 @@ def test_memory_commands_use_a_chroma_server_when_given_one(tmp_path, capsys):
         stop_server(served, process)
     assert not (tmp_path / "data" / "memory").exists()
     assert (served / "memory" / "chroma.sqlite3").exists(), "the server wrote its own folder"
+
+
+def test_a_data_folder_with_no_sessions_yet_says_so_and_blames_no_flag(tmp_path, capsys):
+    assert cyrene(capsys, "memory", "add", "团子是一只猫", "--data", str(tmp_path)).code == 0
+    for argv in (["history", "s1"], ["sessions"]):
+        out = cyrene(capsys, *argv, "--data", str(tmp_path))
+        assert out.code == 1
+        line = one_line_error(out)
+        assert (
+            line.startswith(f"cyrene: --data {tmp_path}: no sessions yet")
+            and "--checkpoint" not in line
+        )
