@@ -44,7 +44,11 @@ def merge_transcript(current: list[BaseMessage], writes: Sequence[Any]) -> list[
     Both steps depend only on the resulting list, so the reducer is
     batching-invariant as `DeltaChannel` requires. It runs on every step and
     every load, so the usual step (new messages appended) costs one pass over
-    the ids and a look at the tail, not `add_messages`' passes over the list.
+    the ids and a look at the tail, not `add_messages`' passes over the list;
+    a step that replaces or removes messages by id (the turn-end hook's rewrite,
+    compaction) is folded here too (`replaced_by_id`), and only chunks, messages
+    without an id or "remove all" go to `add_messages` itself.
+    tests/test_transcript_reducer.py checks every path against the definition.
     """
     batch: list[Any] = [
         m for write in writes for m in (write if isinstance(write, list) else [write])
