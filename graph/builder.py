@@ -252,4 +252,5 @@ def build_graph(
         busy_policy=config.busy_policy,
         busy_timeout=config.busy_timeout,
         max_image_bytes=config.max_image_bytes,
+        trace_facts=loop.trace_facts,
     ).with_config(max_concurrency=config.tool_parallelism)

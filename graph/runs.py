@@ -39,10 +39,13 @@ from memory.background import TURNS
 from nodes.boundary import admit, admit_state_update
 from nodes.compat import CONFIG_KEY_DURABILITY, checkpointer_of
 from nodes.config import BusyPolicy
+from nodes.env import SessionEnv
 from nodes.protocols import TranscriptArchive
 from nodes.run_config import configurable, thread_id
 from nodes.view.images import MAX_IMAGE_BYTES
 
+TraceFacts = Callable[[SessionEnv, RunnableConfig | None], dict[str, Any]]
+"""What a trace of a run says about its session (`nodes.loop.Loop.trace_facts`)."""
 ANSWERED = object()
 """A recovered message that is stored and whose turn is complete: nothing to run."""
 
@@ -137,9 +140,11 @@ class CyreneGraph(CompiledStateGraph):
         busy_policy: BusyPolicy = "merge",
         busy_timeout: float = 300.0,
         max_image_bytes: int = MAX_IMAGE_BYTES,
+        trace_facts: TraceFacts | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.trace_facts = trace_facts
         self.default_durability = default_durability
         self.busy_policy = busy_policy
         self.busy_timeout = busy_timeout
@@ -261,6 +266,14 @@ class CyreneGraph(CompiledStateGraph):
     def _admit(self, input: Any, config: RunnableConfig | None, kwargs: dict) -> tuple[Any, Any]:
         return admit(input, config, kwargs.get("context"), max_image_bytes=self.max_image_bytes)
 
+    def _traced(self, config: RunnableConfig | None, context: Any) -> RunnableConfig | None:
+        """`config` with the session's facts in its metadata (`Loop.trace_facts`): every
+        LangChain run of the turn inherits them, so a trace tells sessions apart."""
+        if self.trace_facts is None or not isinstance(context, SessionEnv):
+            return config
+        facts = self.trace_facts(context, config)
+        return {**(config or {}), "metadata": {**(config or {}).get("metadata", {}), **facts}}
+
     # -- the whole transcript ---------------------------------------------------------------
     def transcript(
         self, config: RunnableConfig, start: int = 0, stop: int | None = None
@@ -307,6 +320,7 @@ class CyreneGraph(CompiledStateGraph):
     # -- the two drivers --------------------------------------------------------------------
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator:
         input, kwargs["context"] = self._admit(input, config, kwargs)
+        config = self._traced(config, kwargs["context"])
         return self._drive(_Stepper(self._steps(input, config, kwargs)), config)
 
     def _drive(self, steps: _Stepper, config: RunnableConfig | None) -> Iterator:
@@ -327,6 +341,7 @@ class CyreneGraph(CompiledStateGraph):
     ) -> AsyncIterator:
         """`stream`, awaited: the same steps, with the event loop free while the call waits."""
         input, kwargs["context"] = self._admit(input, config, kwargs)
+        config = self._traced(config, kwargs["context"])
         steps = _Stepper(self._steps(input, config, kwargs))
         while (step := steps.next()) is not None:
             try:

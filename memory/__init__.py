@@ -1,16 +1,64 @@
-"""Scoped long-term memory for the loop (DESIGN §4)."""
+"""Scoped long-term memory for the loop (DESIGN §4).
 
-from memory.background import wait_for_extractions
-from memory.block import format_memory_block
-from memory.embedding import HashingEmbedding, MultilingualEmbedding
-from memory.errors import MemoryStoreError, MemoryWriteError, StoreInUseError, StoreLayoutError
-from memory.extraction_ledger import ExtractionLedger
-from memory.extractors import LLMExtractor, ManualExtractor
-from memory.items import MemoryItem, Scope, Source
-from memory.protocols import Extractor, MemoryBackend, ProvidesExtractionLedger, PrunesExtractions
-from memory.ranking import Decay, Fusion, SearchResult
-from memory.store import MemoryStore
+Every name is imported on first use (`memory.lazy`): reading a transcript needs
+no Chroma, and `cyrene --help` none of the loop.
+"""
 
+from typing import TYPE_CHECKING
+
+from memory.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from memory.background import wait_for_extractions as wait_for_extractions
+    from memory.block import format_memory_block as format_memory_block
+    from memory.embedding import HashingEmbedding as HashingEmbedding
+    from memory.embedding import MultilingualEmbedding as MultilingualEmbedding
+    from memory.errors import MemoryStoreError as MemoryStoreError
+    from memory.errors import MemoryWriteError as MemoryWriteError
+    from memory.errors import StoreInUseError as StoreInUseError
+    from memory.errors import StoreLayoutError as StoreLayoutError
+    from memory.extraction_ledger import ExtractionLedger as ExtractionLedger
+    from memory.extractors import LLMExtractor as LLMExtractor
+    from memory.extractors import ManualExtractor as ManualExtractor
+    from memory.items import MemoryItem as MemoryItem
+    from memory.items import Scope as Scope
+    from memory.items import Source as Source
+    from memory.protocols import Extractor as Extractor
+    from memory.protocols import MemoryBackend as MemoryBackend
+    from memory.protocols import ProvidesExtractionLedger as ProvidesExtractionLedger
+    from memory.protocols import PrunesExtractions as PrunesExtractions
+    from memory.ranking import Decay as Decay
+    from memory.ranking import Fusion as Fusion
+    from memory.ranking import SearchResult as SearchResult
+    from memory.store import MemoryStore as MemoryStore
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "Decay": "memory.ranking",
+        "ExtractionLedger": "memory.extraction_ledger",
+        "Extractor": "memory.protocols",
+        "Fusion": "memory.ranking",
+        "HashingEmbedding": "memory.embedding",
+        "LLMExtractor": "memory.extractors",
+        "ManualExtractor": "memory.extractors",
+        "MemoryBackend": "memory.protocols",
+        "MemoryItem": "memory.items",
+        "MemoryStore": "memory.store",
+        "MemoryStoreError": "memory.errors",
+        "MemoryWriteError": "memory.errors",
+        "MultilingualEmbedding": "memory.embedding",
+        "ProvidesExtractionLedger": "memory.protocols",
+        "PrunesExtractions": "memory.protocols",
+        "Scope": "memory.items",
+        "SearchResult": "memory.ranking",
+        "Source": "memory.items",
+        "StoreInUseError": "memory.errors",
+        "StoreLayoutError": "memory.errors",
+        "format_memory_block": "memory.block",
+        "wait_for_extractions": "memory.background",
+    },
+)
 __all__ = [
     "Decay",
     "ExtractionLedger",

@@ -12,9 +12,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig
 from langgraph._internal._constants import (
     CONFIG_KEY_CHECKPOINTER,
@@ -22,8 +21,6 @@ from langgraph._internal._constants import (
     CONFIG_KEY_TASK_ID,
     NS_SEP,
 )
-from langgraph._internal._runnable import RunnableCallable
-from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
     CheckpointTuple,
@@ -38,8 +35,26 @@ from langgraph.checkpoint.sqlite._delta import (
     build_delta_channels_writes_history,
     build_delta_stage2_sql,
 )
-from langgraph.graph.state import CompiledStateGraph
-from langgraph.pregel._retry import _should_retry_on as retry_policy_retries
+
+from memory.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+    from langgraph._internal._runnable import RunnableCallable as RunnableCallable
+    from langgraph.channels.delta import DeltaChannel as DeltaChannel
+    from langgraph.graph.state import CompiledStateGraph
+    from langgraph.pregel._retry import _should_retry_on as retry_policy_retries
+
+# LangGraph's graph machinery takes most of a second to import; a reader of stored
+# sessions (`cyrene history`) needs only the checkpoint names above.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "DeltaChannel": "langgraph.channels.delta",
+        "RunnableCallable": "langgraph._internal._runnable",
+        "retry_policy_retries": "langgraph.pregel._retry:_should_retry_on",
+    },
+)
 
 __all__ = [
     "CONFIG_KEY_DURABILITY",
@@ -58,7 +73,7 @@ __all__ = [
     "retry_policy_retries",
 ]
 
-CompiledT = TypeVar("CompiledT", bound=CompiledStateGraph[Any, Any, Any, Any])
+CompiledT = TypeVar("CompiledT", bound="CompiledStateGraph[Any, Any, Any, Any]")
 
 
 def reclass_compiled(

@@ -22,6 +22,7 @@ from langgraph.types import RetryPolicy
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from memory.protocols import Extractor, MemoryBackend
+from nodes.choices import GroupReply
 from nodes.policies.base import RoundPolicy
 from nodes.policies.capacity import CapacityEvent, CapacityPolicy, repeated
 from nodes.policies.guards import Guard
@@ -32,7 +33,6 @@ from nodes.protocols import Compactor, ImageDescriber, ReplyJudge
 ModelLike = BaseChatModel | str
 DEFAULT_REFUSAL = "抱歉，这个话题我不能继续。"
 BusyPolicy = Literal["merge", "enqueue", "reject"]
-GroupReply = Literal["always", "mentioned", "judged"]
 
 
 RENAMED_FIELDS = {
@@ -113,19 +113,19 @@ class LoopConfig(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True, extra="forbid")
 
     model: ModelLike = Field(
-        description='a `BaseChatModel` or a `"provider:model"` string (via `init_chat_model`) — seed `Agent`'
+        description='a `BaseChatModel` or a `"provider:model"` string (via `init_chat_model`)'
     )
     personas: dict[str, Persona] = Field(
         default_factory=dict,
-        description="id → `Persona(name, instructions, thinking_budget, reasoning_effort, show_thinking, model, nicknames)` — seed `Agents`, `PersonaName`, `PersonaKnobs`",
+        description="id → `Persona(name, instructions, thinking_budget, reasoning_effort, show_thinking, model, nicknames)`",
     )
     default_persona: str | None = Field(
         default=None,
-        description="the persona for unknown ids and for every restricted session (required with personas) — seed `PersonaID`",
+        description="the persona for unknown ids and for every restricted session (required with personas)",
     )
     tools: tuple[BaseTool, ...] = Field(
         default=(),
-        description="LangChain tools (plain functions are wrapped); names must be unique — seed `Tools`",
+        description="LangChain tools (plain functions are wrapped); names must be unique",
     )
     restricted_tools: frozenset[str] = Field(
         default=frozenset(),
@@ -133,32 +133,30 @@ class LoopConfig(BaseModel):
     )
     capacity: CapacityPolicy | None = Field(
         default=None,
-        description="`CapacityPolicy(tiers=[Tier(name, tools, triggers, decay_turns)])`: wake-style tool tiers — seed `Capacity`",
+        description="`CapacityPolicy(tiers=[Tier(name, tools, triggers, decay_turns)])`: wake-style tool tiers",
     )
     memory: MemoryBackend | None = Field(
         default=None,
-        description="a `MemoryStore` (or anything with `search` / `add_many`) — seed `Memory`, `Retriever`",
+        description="a `MemoryStore` (or anything with `search` / `add_many`)",
     )
     extractor: Extractor | None = Field(
         default=None,
-        description="`.extract(messages) -> list[MemoryItem]`, `.background` — seed `Extractor`",
+        description="`.extract(messages) -> list[MemoryItem]`, `.background`",
     )
     timezone: str | None = Field(
         default=None,
-        description="IANA zone for the per-round time block; an invalid one warns and turns it off — seed `Timezone`",
+        description="IANA zone for the per-round time block; an invalid one warns and turns it off",
     )
     max_rounds: int = Field(
         default=8,
         gt=0,
-        description="model calls per turn; the last round's calls get `round_limit` results — seed `MaxRounds`",
+        description="model calls per turn; the last round's calls get `round_limit` results",
     )
     tool_execution: Literal["parallel", "sequential"] = Field(
         default="parallel",
-        description='or `"sequential"` (one call at a time, in order) — seed `ToolExecution`',
+        description='or `"sequential"` (one call at a time, in order)',
     )
-    tool_parallelism: int = Field(
-        default=4, gt=0, description="concurrent calls in a batch — seed `ToolParallelism`"
-    )
+    tool_parallelism: int = Field(default=4, gt=0, description="concurrent calls in a batch")
     durability: Literal["sync", "async", "exit"] = Field(
         default="sync",
         description='when a step\'s checkpoint is saved: `"sync"` before the next step starts (no finished tool call re-runs after a crash), `"async"` (LangGraph\'s default) or `"exit"`; a run\'s `durability=` wins',
@@ -169,15 +167,15 @@ class LoopConfig(BaseModel):
     )
     max_context_tokens: int | Literal["auto"] = Field(
         default="auto",
-        description='compaction budget in tokens: `"auto"` takes half the answering model\'s input window from its LangChain profile (`max_input_tokens`), or 16,000 when the profile has none; `0` = off. Older messages the summary covers move to the transcript archive, so a long session costs the same per turn — seed `MaxContextTokens`',
+        description='compaction budget in tokens: `"auto"` takes half the answering model\'s input window from its LangChain profile (`max_input_tokens`), or 16,000 when the profile has none; `0` = off. Older messages the summary covers move to the transcript archive, so a long session costs the same per turn',
     )
     compactor: Compactor | None = Field(
         default=None,
-        description="structural (no model call) when unset; `LLMCompactor(model)` writes incremental summaries — seed `Compactor`",
+        description="structural (no model call) when unset; `LLMCompactor(model)` writes incremental summaries",
     )
     vision: BaseChatModel | ImageDescriber | None = Field(
         default=None,
-        description="a vision chat model or `describe(block) -> str`; `None` passes images through — seed `Vision`",
+        description="a vision chat model or `describe(block) -> str`; `None` passes images through",
     )
     model_accepts_images: bool | None = Field(
         default=None,
@@ -190,15 +188,15 @@ class LoopConfig(BaseModel):
     )
     transform_context: Callable[[list[Any], int], list[Any]] | None = Field(
         default=None,
-        description="`(messages, round) -> messages`, last step of every view — seed `TransformContext`",
+        description="`(messages, round) -> messages`, last step of every view",
     )
     guards: Sequence[Guard] = Field(
         default=(),
-        description="`Guard`s (`check_request` / `check_response`); a block ends the turn with `refusal_text` — seed `Guards`",
+        description="`Guard`s (`check_request` / `check_response`); a block ends the turn with `refusal_text`",
     )
     hooks: ToolHooks = Field(
         default_factory=ToolHooks,
-        description="`before_batch`, `after_batch`, `before_call` (may veto), `after_call` — seed `Hooks`",
+        description="`before_batch`, `after_batch`, `before_call` (may veto), `after_call`",
     )
     policies: Sequence[RoundPolicy] = Field(
         default=(),
@@ -206,36 +204,37 @@ class LoopConfig(BaseModel):
     )
     on_audit: Callable[[AuditEvent], None] | None = Field(
         default=None,
-        description="receives `AuditEvent`s of restricted denials (`graph.sinks.JsonlSink` writes JSON lines) — seed `OnAudit`",
+        description="receives `AuditEvent`s of restricted denials (`graph.sinks.JsonlSink` writes JSON lines)",
     )
     on_capacity: Callable[[CapacityEvent], None] | None = Field(
         default=None,
-        description="receives `capacity_awaken` / `capacity_sleep` events — seed `OnCapacity`",
+        description="receives `capacity_awaken` / `capacity_sleep` events",
     )
     on_turn_end: Callable[[str, str, str | None], Any] | None = Field(
         default=None,
-        description="`(user_text, assistant_text, persona_id) -> mood` — seed `OnTurnEnd`",
+        description="`(user_text, assistant_text, persona_id) -> mood`",
     )
     thinking_budget: int | None = Field(
         default=None,
         ge=0,
-        description="loop-wide default for personas that set none — seed `Thinking`",
+        description="thinking tokens a reply may spend (Anthropic `budget_tokens`, Gemini `thinking_budget`), for personas that set none",
     )
     reasoning_effort: str | None = Field(
-        default=None, description="loop-wide default — seed `ReasoningEffort`"
+        default=None,
+        description="how hard a reasoning model thinks (OpenAI `reasoning_effort`, Ollama `reasoning`), for personas that set none",
     )
     show_thinking: bool = Field(
         default=True,
-        description="loop-wide default; `False` keeps thinking out of the stream, not the transcript — seed `ThinkingShowToUser`",
+        description="stream a reply's thinking to the caller, for personas that set nothing; `False` keeps it out of the stream, not the transcript",
     )
     refusal_text: str = Field(default=DEFAULT_REFUSAL, description="what a blocked turn answers")
     attribution_encoding: Literal["auto", "inline", "leading"] = Field(
         default="auto",
-        description='`"inline"` (seed-exact system notes) or `"leading"` (one leading system message with a note index); auto picks per provider',
+        description='`"inline"` (each attribution note a system message in place: OpenAI-style providers) or `"leading"` (one leading system message with a note index: single-system-message providers); `"auto"` picks per provider',
     )
     context_layout: Literal["seed", "cache"] = Field(
         default="seed",
-        description='`"seed"`: the seed\'s order; `"cache"`: what stays the same between rounds first (instructions, role declaration, summary, conversation), time, working memory and memories at the end, with Anthropic `cache_control` breakpoints, so providers can reuse the cached prefix (README "What the model sees")',
+        description='`"seed"`: the reference order (instructions, time, working memory, memories, summary, role declaration, conversation); `"cache"`: what stays the same between rounds first (instructions, role declaration, summary, conversation), time, working memory and memories at the end, with Anthropic `cache_control` breakpoints, so providers can reuse the cached prefix (README "What the model sees")',
     )
     extraction_timeout: float = Field(
         default=60.0,
@@ -270,7 +269,7 @@ class LoopConfig(BaseModel):
     )
     group_reply: GroupReply = Field(
         default="always",
-        description='which group-chat turns the companion answers: `"always"` (the seed); `"mentioned"`: a message names the persona or a nickname, or the platform says so (`SessionEnv(mentioned=True)`); `"judged"`: `reply_judge` decides. A quiet turn stores the message and calls no model; owner and stranger chats always answer',
+        description='which group-chat turns the companion answers: `"always"` (every turn); `"mentioned"`: a message names the persona or a nickname, or the platform says so (`SessionEnv(mentioned=True)`); `"judged"`: `reply_judge` decides. A quiet turn stores the message and calls no model; owner and stranger chats always answer',
     )
     reply_judge: ReplyJudge | None = Field(
         default=None,

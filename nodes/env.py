@@ -8,13 +8,14 @@ caller builds it — before any node runs — with an error naming the field.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from langgraph.prebuilt import ToolRuntime
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, ConfigDict, Field
 
-Actor = Literal["owner", "group", "stranger", "internal"]
+from nodes.choices import Actor
+
 RESTRICTED_ACTORS: frozenset[str] = frozenset({"group", "stranger"})
 
 

@@ -22,6 +22,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from memory.background import BackgroundJobs
 from memory.transcript import last_human
+from nodes.extras import missing_extra
 from nodes.policies.knobs import Knobs
 from nodes.protocols import TranscriptArchive
 from nodes.run_config import thread_id
@@ -34,6 +35,15 @@ if TYPE_CHECKING:
     from nodes.env import SessionEnv
 
 log = logging.getLogger("cyrene.loop")
+TRACE_SESSION, TRACE_ACTOR, TRACE_PERSONA, TRACE_ROUND = (
+    "cyrene_session_id",
+    "cyrene_actor",
+    "cyrene_persona",
+    "cyrene_round",
+)
+"""The run metadata keys `trace_facts` and each model call set (README "Tracing")."""
+PROVIDER_EXTRAS = ("openai", "anthropic", "ollama")
+"""Providers whose LangChain package one of our extras installs (pyproject.toml)."""
 
 
 def resolve_model(model: BaseChatModel | str, field_name: str) -> BaseChatModel:
@@ -44,7 +54,12 @@ def resolve_model(model: BaseChatModel | str, field_name: str) -> BaseChatModel:
 
     try:
         return init_chat_model(model)
-    except Exception as exc:  # missing provider package, missing API key, bad name
+    except ImportError as exc:  # the provider's LangChain package: one of our extras
+        provider = model.partition(":")[0]
+        extra = provider if provider in PROVIDER_EXTRAS else None
+        hint = missing_extra(extra, f"{model!r}") if extra else str(exc)
+        raise ValueError(f"{field_name}: cannot load chat model {model!r}: {hint}") from exc
+    except Exception as exc:  # a missing API key, a bad name
         raise ValueError(f"{field_name}: cannot load chat model {model!r}: {exc}") from exc
 
 
@@ -157,6 +172,16 @@ class Loop:
     # -- run facts -------------------------------------------------------
     def now(self) -> datetime:
         return self.config.clock()
+
+    def trace_facts(self, env: SessionEnv, config: RunnableConfig | None) -> dict[str, Any]:
+        """What a trace of the run says about it: LangChain metadata every run of the turn
+        inherits (OpenTelemetry attributes via `graph.tracing`, LangSmith metadata). Ids and
+        names only, never text: a restricted session's words stay out of traces."""
+        return {
+            TRACE_SESSION: self.session_id(env, config),
+            TRACE_ACTOR: env.actor,
+            TRACE_PERSONA: self.persona_for(env),
+        }
 
     @staticmethod
     def session_id(env: SessionEnv, config: RunnableConfig | None) -> str | None:

@@ -28,7 +28,7 @@ from langgraph.runtime import Runtime
 from memory.transcript import message_text
 from nodes.compat import RunnableCallable
 from nodes.env import SessionEnv, env_of
-from nodes.loop import Loop
+from nodes.loop import TRACE_ROUND, Loop
 from nodes.offload import Steps, Work, adrive, drive
 from nodes.policies.base import ModelRequest, Reply, Round
 from nodes.policies.chain import PolicyChain, round_policies
@@ -66,7 +66,8 @@ def new_round(
 def first_request(loop: Loop, round: Round) -> ModelRequest:
     """The persona's model with the round's view and tools; a reply that is not streamed
     is tagged so that LangGraph's `messages` stream skips its tokens."""
-    config = round.config
+    metadata = {**round.config.get("metadata", {}), TRACE_ROUND: round.number}
+    config: RunnableConfig = {**round.config, "metadata": metadata}
     if not round.streamed:
         config = {**config, "tags": [*config.get("tags", []), TAG_NOSTREAM]}
     return ModelRequest(

@@ -27,115 +27,16 @@ checkpointed and never part of the transcript.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Annotated, Any, NotRequired, TypedDict, cast
+from typing import Annotated, Any, NotRequired, TypedDict
 
-from langchain_core.messages import (
-    AnyMessage,
-    BaseMessage,
-    BaseMessageChunk,
-    HumanMessage,
-    RemoveMessage,
-)
+from langchain_core.messages import AnyMessage
 from langchain_core.messages.ai import UsageMetadata
 from langgraph.channels.untracked_value import UntrackedValue
-from langgraph.graph.message import REMOVE_ALL_MESSAGES, Messages, add_messages
 
 from nodes.compat import DeltaChannel
+from nodes.reducers import latest_summary, merge_transcript
 from nodes.view.compaction import Summary
-from nodes.view.transcript import close_interrupted_calls, open_calls_start, turn_number
-
-
-def merge_transcript(current: list[BaseMessage], writes: Sequence[Messages]) -> list[BaseMessage]:
-    """DeltaChannel reducer: `add_messages` over a batch, then close dangling calls.
-
-    A human message and a reply or tool result never replace each other when
-    they happen to share an id (`kept_apart`): `add_messages` replaces by id,
-    so an inbound message under a reply's id would orphan a tool call, and a
-    reply under the user's message id would lose what the user said.
-
-    Both steps depend only on the resulting list, so the reducer is
-    batching-invariant as `DeltaChannel` requires. It runs on every step and
-    every load, so the usual step (new messages appended) costs one pass over
-    the ids and a look at the tail, not `add_messages`' passes over the list.
-    """
-    batch: list[Any] = [
-        m for write in writes for m in (write if isinstance(write, list) else [write])
-    ]
-    if only_new_messages(current, batch):
-        merged: list[BaseMessage] = [*current, *batch]  # what `add_messages` would return
-    else:
-        # One `add_messages` over the whole batch: it applies the writes in order,
-        # as one call per write would.
-        merged = cast(
-            list[BaseMessage],
-            add_messages(cast(Messages, current), cast(Messages, kept_apart(current, batch))),
-        )
-        if merged[: len(current)] != current:  # a write replaced or removed a stored message
-            return close_interrupted_calls(merged)
-    # `current` is already closed, so only the calls of its last reply can be left
-    # open: closing starts there.
-    start = open_calls_start(current)
-    tail = merged[start:]
-    closed = close_interrupted_calls(tail)
-    return merged if closed is tail else [*merged[:start], *closed]
-
-
-def only_new_messages(current: Sequence[BaseMessage], batch: Sequence[Any]) -> bool:
-    """Every write is a whole message (no chunk, removal or dict) with an id that neither
-    the transcript nor an earlier write holds: `add_messages` would only append."""
-    ids = set()
-    for message in batch:
-        if (
-            not isinstance(message, BaseMessage)
-            or isinstance(message, BaseMessageChunk | RemoveMessage)
-            or not message.id
-            or message.id in ids
-        ):
-            return False
-        ids.add(message.id)
-    return ids.isdisjoint([m.id for m in current])
-
-
-def kept_apart(current: Sequence[BaseMessage], batch: list[Any]) -> list[Any]:
-    """`batch` with each message whose id belongs to a message on the other side of the
-    human / not-human line (one stored, or earlier in the batch) moved to a derived id.
-
-    What a person said and what the loop answered never overwrite each other:
-    a platform id can collide with a stored reply's, and a provider can answer
-    under the id the platform gave the user's message. Re-sending a human
-    message under its id still replaces it (that is how a retried message is
-    stored once), and a reply rewritten under its id still replaces the reply.
-    The derived id (`m1#ai`, `m1#human`, `m1#tool`; suffixed again while the
-    other side holds that too) is the same on every replay, so a later
-    rewrite of a moved message lands on the moved copy. Only what comes before
-    a message counts, so folding writes one by one or all at once moves the same ones.
-    """
-    held_by_human: dict[str | None, bool] = {
-        m.id: isinstance(m, HumanMessage) for m in current if m.id
-    }
-    """id → whether a human message holds it, as of the message being looked at."""
-    moved = []
-    for message in batch:
-        if isinstance(message, RemoveMessage):
-            if message.id == REMOVE_ALL_MESSAGES:
-                held_by_human.clear()
-            held_by_human.pop(message.id, None)
-        elif isinstance(message, BaseMessage) and message.id:
-            human = isinstance(message, HumanMessage)
-            free_id = message.id
-            while held_by_human.get(free_id, human) != human:
-                free_id = f"{free_id}#{message.type}"
-            if free_id != message.id:
-                message = message.model_copy(update={"id": free_id})
-            held_by_human[free_id] = human
-        moved.append(message)
-    return moved
-
-
-def latest_summary(current: Summary, writes: Sequence[Summary]) -> Summary:
-    """DeltaChannel reducer for `summary`: the latest write wins (batching-invariant)."""
-    return writes[-1] if writes else current
+from nodes.view.transcript import turn_number
 
 
 class ArchiveMark(TypedDict):

@@ -2,137 +2,171 @@
 
 cyrene demo                         the offline demo conversation (the main job)
 cyrene run "你好" --session s1       one turn, reply printed (streamed)
-cyrene chat --persona aglaea        interactive; /persona ID, /actor owner|group|stranger, /quit
+cyrene chat --persona aglaea        interactive; /help lists its commands
 cyrene chat --actor group --name 小明 --group-reply mentioned   a group that is answered when it names her
 cyrene resume s1                    finish a turn a crash, a failure or a signal interrupted
+cyrene sessions                     every session: last activity, messages, tokens
 cyrene history s1                   the session's transcript, with speakers and token totals
+cyrene graph                        the loop's graph as a Mermaid diagram
 cyrene memory add|search|list|forget|import|export|reindex
 cyrene prune --keep 20              delete all but each session's last 20 checkpoints
-cyrene studio                       LangGraph Studio on this folder (offline flags)
+cyrene studio                       LangGraph Studio on this folder, beside the CLI
 
-Options such as --data and --session go before or after the command.
-Exit codes: 0 ok, 1 nothing to resume or not found, 2 bad input or an expected
-failure, 75 the turn failed but is saved (resume it), 130/143 stopped by
-SIGINT/SIGTERM at a step boundary (resume it).
+Options such as --data and --session go before or after the command; each
+environment variable in brackets sets an option's default.
+Exit codes: 0 ok, 1 not found (a session, a memory, the data folder, nothing
+to resume), 2 bad input or an expected failure, 75 the turn failed but is
+saved (resume it), 130/143 stopped by SIGINT/SIGTERM at a step boundary
+(resume it).
+
+This module imports only the standard library: `cyrene --help` and usage
+errors answer at once, and each command loads what it needs.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage
+from nodes.choices import ACTORS, GROUP_REPLIES
+from studio import settings
+from studio.cli_errors import EXIT_USAGE, CliError, describe
 
-from graph.builder import build_graph
-from graph.shutdown import GracefulStop, StopRequested
-from graph.storage.retention import DEFAULT_KEEP, prune_checkpoints
-from memory.transcript import message_text
-from nodes.config import GroupReply, LoopConfig
-from nodes.env import Actor
-from nodes.view.sanitize import check_id
-from studio.cli_memory import add_memory_parser, memory_command
-from studio.cli_session import EXTRACTION_TIMEOUT, Session, thread_config
-from studio.cli_storage import (
-    EXIT_NOT_FOUND,
-    EXIT_OK,
-    EXIT_USAGE,
-    CliError,
-    checkpoint_url,
-    checkpointer,
-    data_folder,
-    reading_checkpointer,
-)
-from studio.cli_text import one_line, visible
-from studio.demo_model import DemoChatModel
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
 
-ACTORS: tuple[str, ...] = get_args(Actor)
-GROUP_REPLIES: tuple[str, ...] = get_args(GroupReply)
 SIGINT_EXIT = 130
 TURN_COMMANDS = ("demo", "run", "chat", "resume")
+DEFAULT_KEEP = 20  # graph.storage.DEFAULT_KEEP (tests/test_cli.py checks they agree)
+ENV = {
+    "data": settings.DATA_ENV,
+    "checkpoint": settings.CHECKPOINT_ENV,
+    "model": settings.MODEL_ENV,
+    "memory_server": settings.MEMORY_SERVER_ENV,
+    "group_reply": settings.GROUP_REPLY_ENV,
+}
+"""Option → the environment variable that sets its default (README "Environment variables")."""
 
 
-def _options(parser: argparse.ArgumentParser, names: tuple[str, ...], top: bool) -> None:
-    """The shared options; a subcommand's copies default to SUPPRESS so that they
-    never overwrite a value given before the subcommand."""
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one `cyrene: …` line and exit code 2."""
 
-    def default(value: Any) -> Any:
-        return value if top else argparse.SUPPRESS
+    def error(self, message: str) -> NoReturn:
+        print(f"cyrene: {message} (`{self.prog} --help` lists the options)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
 
-    specs: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
-        "data": (
-            ("--data",),
-            {"type": Path, "default": default(Path(".cyrene")), "help": "data folder (./.cyrene)"},
-        ),
-        "checkpoint": (
-            ("--checkpoint",),
-            {"default": default(None), "help": "checkpoint URL (sqlite:///DATA/checkpoints.db)"},
-        ),
-        "model": (
-            ("--model",),
-            {"default": default(None), "help": "provider:model, e.g. openai:gpt-4o-mini"},
-        ),
-        "session": (("--session",), {"default": default("default"), "help": "session id"}),
-        "persona": (("--persona",), {"default": default(None), "help": "persona to answer as"}),
-        "actor": (("--actor",), {"default": default("owner"), "choices": ACTORS}),
-        "name": (("--name",), {"default": default(None), "help": "third-party display name"}),
-        "group_reply": (
-            ("--group-reply",),
-            {
-                "default": default(None),
-                "choices": GROUP_REPLIES,
-                "help": "which group turns are answered (always; mentioned: the persona's "
-                "name or a nickname in the text; judged: the offline scorer)",
-            },
-        ),
-    }
+
+def port(text: str) -> int:
+    """A TCP port number, 1–65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: a number from 1 to 65535")
+    return value
+
+
+OPTIONS: dict[str, dict[str, Any]] = {
+    "data": {
+        "type": Path,
+        "help": "data folder: checkpoints.db, memory/, audit.jsonl (default ./.cyrene)",
+    },
+    "checkpoint": {
+        "metavar": "URL",
+        "help": "checkpoint URL: memory, sqlite:///relative.db, sqlite:////abs.db or "
+        "postgresql://… (default sqlite:///DATA/checkpoints.db)",
+    },
+    "model": {
+        "metavar": "PROVIDER:MODEL",
+        "help": "chat model, e.g. openai:gpt-4o-mini (default: the offline demo model)",
+    },
+    "memory_server": {
+        "metavar": "HOST:PORT",
+        "help": "a Chroma server (`chroma run`) holding the memories (default: the one "
+        "`cyrene studio` runs for DATA, else DATA/memory embedded)",
+    },
+    "session": {"default": "default", "help": "session (thread) id"},
+    "persona": {"help": "persona to answer as: xilian (default) or aglaea"},
+    "actor": {"default": "owner", "choices": ACTORS, "help": "who is talking (default owner)"},
+    "name": {"help": "the speaker's display name in a group or stranger chat"},
+    "group_reply": {
+        "choices": GROUP_REPLIES,
+        "help": "which group turns are answered: always; mentioned (her name or a nickname "
+        "in the text); judged (the offline scorer)",
+    },
+}
+"""The shared options (`--group-reply` for `group_reply`), without their environment."""
+
+
+def _option(name: str, top: bool) -> dict[str, Any]:
+    """`name`'s argparse settings: the default its environment variable sets now (shown in
+    its help), or SUPPRESS in a subcommand's copy, so that it never overwrites a value
+    given before the subcommand."""
+    spec = dict(OPTIONS[name])
+    variable = ENV.get(name)
+    default = (variable and os.environ.get(variable)) or spec.get("default")
+    if variable:
+        spec["help"] = f"{spec['help']} [{variable}]"
+    if name == "data":
+        default = Path(default or settings.DEFAULT_DATA)
+    return {**spec, "default": default if top else argparse.SUPPRESS}
+
+
+def add_options(parser: argparse.ArgumentParser, names: tuple[str, ...], top: bool) -> None:
+    """The shared options, on the top parser (`top`) or a subcommand's."""
     for name in names:
-        flags, kwargs = specs[name]
-        parser.add_argument(*flags, **kwargs)
+        parser.add_argument(f"--{name.replace('_', '-')}", **_option(name, top))
 
 
-ALL = ("data", "checkpoint", "model", "session", "persona", "actor", "name", "group_reply")
-TURN = ("data", "checkpoint", "model", "persona", "actor", "name")
-MEMORY = ("data", "persona")
+STORES = ("data", "checkpoint")
+TURN = (*STORES, "model", "memory_server", "persona", "actor", "name", "group_reply")
+ALL = (*TURN, "session")
+MEMORY = ("data", "memory_server", "persona")
 
 
-def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
-        prog="cyrene", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    _options(top, ALL, top=True)
-    sub = top.add_subparsers(dest="command", required=True)
+def parser() -> Parser:
+    top = Parser(prog="cyrene", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    add_options(top, ALL, top=True)
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, options: tuple[str, ...], **kwargs: Any) -> argparse.ArgumentParser:
-        made = sub.add_parser(name, **kwargs)
-        _options(made, options, top=False)
+    def command(name: str, options: tuple[str, ...], help: str) -> argparse.ArgumentParser:
+        made = sub.add_parser(name, help=help, description=help)
+        add_options(made, options, top=False)
         return made
 
-    demo = command(
-        "demo", ("data", "checkpoint", "model"), help="run the offline demo conversation"
-    )
+    demo = command("demo", (*STORES, "model", "memory_server"), "run the offline demo")
     demo.set_defaults(group_reply="mentioned")  # its group chat shows a quiet turn
-    command("chat", ALL, help="interactive chat")
-    command("run", ALL, help="one turn").add_argument("text")
-    command("resume", TURN, help="finish an interrupted turn").add_argument("session_id")
-    command("history", ("data", "checkpoint"), help="a session's transcript").add_argument(
-        "session_id"
+    command("chat", ALL, "interactive chat; /help lists its commands")
+    command("run", ALL, "one turn, the reply printed").add_argument("text", help="the message")
+    command("resume", TURN, "finish an interrupted turn").add_argument(
+        "session_id", help="the session whose turn to finish"
     )
-    prune = command(
-        "prune", ("data", "checkpoint"), help="delete old checkpoints, keep transcripts"
+    command("history", STORES, "a session's transcript and token totals").add_argument(
+        "session_id", help="the session to show"
     )
+    command("sessions", STORES, "every session: last activity, messages, tokens")
+    command("graph", (), "print the loop's graph as a Mermaid diagram")
+    prune = command("prune", STORES, "delete old checkpoints; transcripts stay whole")
     prune.add_argument(
-        "--keep", type=int, default=DEFAULT_KEEP, help="checkpoints kept per session"
+        "--keep",
+        type=int,
+        default=DEFAULT_KEEP,
+        help=f"checkpoints kept per session ({DEFAULT_KEEP})",
     )
     prune.add_argument("sessions", nargs="*", help="sessions to prune (default: all)")
-    studio = command("studio", ("data", "group_reply"), help="serve the graph in LangGraph Studio")
-    studio.add_argument("--port", type=int, default=2024)
-    memory = command("memory", MEMORY, help="manage long-term memory")
-    add_memory_parser(memory, lambda action: _options(action, MEMORY, top=False))
+    studio = command(
+        "studio", ("data", "checkpoint", "model", "group_reply"), "LangGraph Studio on DATA"
+    )
+    studio.add_argument("--port", type=port, default=2024, help="the API's port (2024)")
+    from studio.cli_memory import add_memory_parser  # argparse and pathlib only
+
+    memory = command("memory", MEMORY, "manage long-term memory")
+    add_memory_parser(memory, lambda action: add_options(action, MEMORY, top=False))
     return top
 
 
@@ -143,158 +177,42 @@ def main(argv: list[str] | None = None, *, model: BaseChatModel | None = None) -
         argv: the arguments (default `sys.argv[1:]`).
         model: a chat model to use instead of `--model` / $CYRENE_MODEL (for embedding, tests).
     """
-    args = parser().parse_args(argv)
     try:
-        if args.command in TURN_COMMANDS:
-            return turn_command(args, model)
-        return dispatch(args)
+        args = parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already printed
+        return int(exc.code or 0)
+    try:
+        return _command(args.command)(args, model)
     except CliError as exc:
-        print(f"cyrene: {one_line(str(exc))}", file=sys.stderr)
+        print(f"cyrene: {describe(exc)}", file=sys.stderr)
         return exc.exit_code
     except ValueError as exc:  # a bad value caught by a validator: a message, not a traceback
-        print(f"cyrene: {one_line(str(exc))}", file=sys.stderr)
+        print(f"cyrene: {describe(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return SIGINT_EXIT
 
 
-def turn_command(args: argparse.Namespace, model: BaseChatModel | None) -> int:
-    """demo, run, chat and resume: turns under a graceful stop (README "## CLI")."""
-    with GracefulStop(interrupt_idle=True) as stop:
-        try:
-            with Session(args, stop, model) as session:
-                try:
-                    return run_turns(session)
-                finally:
-                    if stop.requested:  # background extraction gets its bounded grace
-                        stop.drain(EXTRACTION_TIMEOUT)
-        except StopRequested as exc:
-            return exc.exit_code
+Command = Callable[[argparse.Namespace, "BaseChatModel | None"], int]
 
 
-def run_turns(session: Session) -> int:
-    args = session.args
-    if args.command == "demo":
-        from studio.conversation import run_demo
+def _command(name: str) -> Command:
+    """The command's function, from the module that holds it (imported only now)."""
+    if name in TURN_COMMANDS:
+        from studio.cli_turns import turn_command
 
-        return run_demo(session)
-    if args.command == "chat":
-        return chat(session)
-    with session.graph() as graph:
-        if args.command == "run":
-            session.turn(graph, args.text, args.session, session.env())
-        else:
-            session.turn(graph, None, args.session_id, session.env())
-    return EXIT_OK
+        return turn_command
+    if name == "studio":
+        from studio.server import studio_command
 
+        return lambda args, _model: studio_command(args)
+    if name == "memory":
+        from studio.cli_memory import memory_command
 
-def dispatch(args: argparse.Namespace) -> int:
-    if args.command == "history":
-        return history(args)
-    if args.command == "prune":
-        return prune(args)
-    if args.command == "studio":
-        from studio.server import serve
+        return lambda args, _model: memory_command(args)
+    from studio import cli_read
 
-        return serve(data_folder(args.data, write=True), args.port, args.group_reply)
-    return memory_command(args)
-
-
-def speaker(message: BaseMessage) -> str:
-    name = getattr(message, "name", None)
-    return f"{message.type}({visible(name)})" if name else message.type
-
-
-def history(args: argparse.Namespace) -> int:
-    """Print a session's transcript, then its token totals when its models reported any.
-    Opens only the checkpoints, read-only: no model, no memory store, so it works on a
-    read-only data folder."""
-    data_folder(args.data, write=False)
-    check_id("session", args.session_id)
-    thread = thread_config(args.session_id)
-    with reading_checkpointer(checkpoint_url(args.checkpoint, args.data)) as saver:
-        # The state's shape is the same for every config; this one only reads.
-        graph = build_graph(LoopConfig(model=DemoChatModel()), saver)
-        values = graph.get_state(thread).values
-        messages = graph.transcript(thread)  # the archive and the live window
-    if not messages:
-        raise CliError(f"no session {args.session_id!r}", EXIT_NOT_FOUND)
-    for message in messages:
-        text = message_text(message) or json.dumps(
-            getattr(message, "tool_calls", []), ensure_ascii=False
-        )
-        print(f"{speaker(message):>18}  {visible(text)}")
-    if session := values.get("token_usage", {}).get("session"):
-        print(f"{'tokens':>18}  {token_totals(session)}")
-    return EXIT_OK
-
-
-def token_totals(usage: Mapping[str, Any]) -> str:
-    """`input N (cached C)  output N  total N`: the cached part only where it was reported."""
-    cached = (usage.get("input_token_details") or {}).get("cache_read")
-    parts = [
-        f"input {usage.get('input_tokens', 0):,}"
-        + (f" (cached {cached:,})" if cached is not None else ""),
-        f"output {usage.get('output_tokens', 0):,}",
-        f"total {usage.get('total_tokens', 0):,}",
-    ]
-    return "  ".join(parts)
-
-
-def prune(args: argparse.Namespace) -> int:
-    """Keep each session's newest `--keep` checkpoints; the transcripts stay whole."""
-    data_folder(args.data, write=True)
-    for session in args.sessions:
-        check_id("session", session)
-    url = checkpoint_url(args.checkpoint, args.data)
-    with checkpointer(url) as saver:
-        try:
-            report = prune_checkpoints(saver, keep=args.keep, thread_ids=args.sessions or None)
-        except TypeError as exc:  # a saver without tables: nothing is kept to prune
-            raise CliError(f"--checkpoint {url}: {exc}") from exc
-    print(report)
-    return EXIT_OK
-
-
-def _input_lines() -> Iterator[str]:
-    """Non-empty stripped lines from the terminal (with a prompt) or a pipe, until EOF."""
-    prompt = "> " if sys.stdin.isatty() else ""
-    while True:
-        try:
-            line = input(prompt).strip()
-        except EOFError:
-            return
-        if line:
-            yield line
-
-
-def chat(session: Session) -> int:
-    args = session.args
-    actor, persona = args.actor, args.persona
-    personas = sorted(session.config.personas)
-    print(f"输入消息；/persona {'|'.join(personas)}、/actor {'|'.join(ACTORS)}、/quit")
-    with session.graph() as graph:
-        for line in _input_lines():
-            command, _, value = line.partition(" ")
-            value = value.strip()
-            if command == "/quit":
-                break
-            if command == "/persona":
-                persona = _choose("persona", value, personas, persona)
-            elif command == "/actor":
-                actor = _choose("actor", value, ACTORS, actor) or actor
-            else:
-                session.turn(graph, line, args.session, session.env(actor, persona))
-    return EXIT_OK
-
-
-def _choose(what: str, value: str, allowed: Any, current: str | None) -> str | None:
-    """`value` when it is allowed; otherwise say what is, and keep `current`."""
-    if value in allowed:
-        return value
-    shown = f"unknown {what} {value!r}; " if value else ""  # repr escapes control characters
-    print(f"{shown}choose one of: {', '.join(allowed)} (now: {current or 'default'})")
-    return current
+    return lambda args, _model: getattr(cli_read, name)(args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,8 @@
-"""`cyrene memory add|search|list|forget|import|export|reindex` over the data folder's store."""
+"""`cyrene memory add|search|list|forget|import|export|reindex` over the data folder's store.
+
+The parser half imports only argparse (`cyrene --help` builds it); the
+commands load the store when they run.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,29 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from memory import MemoryItem, MemoryStore, Scope
-from studio.cli_storage import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, data_folder, open_memory
+from studio.cli_errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
 from studio.cli_text import Reembedding, progress_bar, visible
+
+if TYPE_CHECKING:
+    from memory.store import MemoryStore
 
 WRITES = ("add", "forget", "import", "reindex")
 IMPORT_BATCH = 500
+SCOPES = ("user", "project", "persona")
+"""`memory.Scope`'s values (tests/test_cli.py checks they agree)."""
+IMPORT_FORMAT = """\
+One memory per line, as JSON (what `cyrene memory export` writes); blank lines
+are skipped. Only "content" is required:
+  {"content": "主人养了一只猫叫团子", "kind": "fact", "scope": "user"}
+  {"content": "和主人约好周末爬山", "scope": "persona", "persona_id": "xilian"}
+Fields: content (text), kind (a label, default "fact"), scope (user, project or
+persona; default user), persona_id (required with scope persona), created_at
+(Unix seconds, default now), source ({"session_id", "message_id"}), id (default:
+derived from scope, persona and content, so the same memory imported twice is
+stored once). The whole file is checked first: if any line is bad, every bad
+line is listed with its number and nothing is imported."""
 
 
 def add_memory_parser(
@@ -21,23 +41,33 @@ def add_memory_parser(
     """The actions under `cyrene memory`; `options` adds the shared options to each."""
     actions = memory.add_subparsers(dest="action", required=True)
 
-    def action(name: str, help: str | None = None) -> argparse.ArgumentParser:
-        made = actions.add_parser(name, help=help, description=help)
+    def action(name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
+        made = actions.add_parser(
+            name,
+            help=help,
+            description=description or help,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         options(made)
         return made
 
-    add = action("add")
-    add.add_argument("content")
-    add.add_argument("--kind", default="note")
-    add.add_argument("--scope", default="user", choices=[scope.value for scope in Scope])
-    search = action("search")
-    search.add_argument("query")
-    search.add_argument("--restricted", action="store_true")
-    search.add_argument("-k", type=int, default=8)
-    action("list")
-    action("forget").add_argument("id")
-    action("import").add_argument("file", type=Path)
-    action("export")
+    add = action("add", "store one memory")
+    add.add_argument("content", help="what to remember")
+    add.add_argument("--kind", default="note", help="a label, e.g. habit, fact (note)")
+    add.add_argument(
+        "--scope", default="user", choices=SCOPES, help="who reads it (user: every persona)"
+    )
+    search = action("search", "the memories a persona's turn would be shown")
+    search.add_argument("query", help="what to look for")
+    search.add_argument(
+        "--restricted", action="store_true", help="as a group or stranger chat sees them"
+    )
+    search.add_argument("-k", type=int, default=8, help="how many (8)")
+    action("list", "every memory: id, bucket, kind, content")
+    action("forget", "delete one memory").add_argument("id", help="its id (from list)")
+    imports = action("import", "import memories from a JSON-lines file", IMPORT_FORMAT)
+    imports.add_argument("file", type=Path, help="the .jsonl file")
+    action("export", "every memory as JSON lines (the import format)")
     reindex = action(
         "reindex",
         "re-embed memories another embedding wrote (e.g. the old lexical default); opening "
@@ -49,9 +79,11 @@ def add_memory_parser(
 
 
 def memory_command(args: argparse.Namespace) -> int:
+    from studio.cli_storage import data_folder, open_memory
+
     data_folder(args.data, write=args.action in WRITES)
     reembedding = Reembedding()
-    with open_memory(args.data, reembedding) as store:
+    with open_memory(args, reembedding) as store:
         if args.action == "reindex":  # opening may have done the work: count it too
             return _reindex(store, args, reembedding)
         return _ACTIONS[args.action](store, args)
@@ -65,6 +97,8 @@ def _reindex(store: MemoryStore, args: argparse.Namespace, reembedding: Reembedd
 
 
 def _add(store: MemoryStore, args: argparse.Namespace) -> int:
+    from memory.items import MemoryItem, Scope
+
     persona = args.persona if args.scope == "persona" else None
     item = MemoryItem(
         content=args.content, kind=args.kind, scope=Scope(args.scope), persona_id=persona

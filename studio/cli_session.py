@@ -33,16 +33,9 @@ from memory.transcript import message_text
 from nodes.env import SessionEnv
 from nodes.policies.presence import quiet_reason
 from nodes.view.sanitize import check_id
-from studio.cli_storage import (
-    EXIT_NOT_FOUND,
-    EXIT_TURN_FAILED,
-    CliError,
-    checkpoint_url,
-    checkpointer,
-    data_folder,
-    memory_errors,
-)
-from studio.cli_text import one_line, visible
+from studio.cli_errors import EXIT_NOT_FOUND, EXIT_TURN_FAILED, CliError, brief, describe
+from studio.cli_storage import checkpoint_url, checkpointer, memory_errors, writable_data
+from studio.cli_text import visible
 
 DEMO_NOTICE = "（使用离线演示模型 demo model：设置 --model 或 CYRENE_MODEL 以接入真实模型）"
 EXTRACTION_TIMEOUT = 65.0  # the loop's extraction deadline (60 s) plus a margin
@@ -117,19 +110,28 @@ class Session(AbstractContextManager["Session"]):
         stop: GracefulStop,
         model: BaseChatModel | None = None,
     ) -> None:
-        from studio.demo import demo_config, demo_model
+        from studio.demo import PERSONAS, demo_config, demo_model, open_demo_store
 
         self.args = args
         self.stop = stop
-        data_folder(args.data, write=True)
+        persona = getattr(args, "persona", None)
+        if persona is not None and persona not in PERSONAS:
+            choices = ", ".join(sorted(PERSONAS))
+            raise CliError(f"unknown persona {persona!r}; choose one of: {choices}")
+        writable_data(args)
+        self.url = checkpoint_url(args)
         if model is None:
             model, is_demo = demo_model(args.model)
             if is_demo:
                 print(DEMO_NOTICE, file=sys.stderr)
         reply = {"group_reply": args.group_reply} if getattr(args, "group_reply", None) else {}
         with memory_errors(args.data):
-            self.config = demo_config(args.data, model=model, **reply)
-        self.url = checkpoint_url(args.checkpoint, args.data)
+            store = open_demo_store(args.data, args.memory_server)
+        try:
+            self.config = demo_config(args.data, model=model, store=store, **reply)
+        except BaseException:
+            store.close()
+            raise
 
     def close(self) -> None:
         """Let go of the memory store (and its folder lock)."""
@@ -231,12 +233,12 @@ def _failure(
     Input the boundary refuses changes nothing; a turn that fails later (the
     model after its retries, say) has stored the message and can be resumed."""
     if isinstance(exc, (ValueError, TypeError)) and before.config == after.config:
-        return CliError(one_line(str(exc)))
+        return CliError(describe(exc))
     stored = {message.id for message in after.values.get("messages", [])}
     sent = turn_input["messages"][0].id if turn_input else None
     if after.next and (sent is None or sent in stored):
         return CliError(
-            f"the turn failed ({type(exc).__name__}: {one_line(str(exc), 200)}); "
+            f"the turn failed ({type(exc).__name__}: {brief(str(exc))}); "
             f"your message is saved — `{resume_command(thread)}` finishes the turn",
             EXIT_TURN_FAILED,
         )

@@ -1,9 +1,10 @@
 """Where the CLI keeps things, opened so that every expected failure is one line.
 
-A data folder that is a file or read-only, a checkpoint URL naming a folder, a
-file that is not a database, an unreachable Postgres: each becomes a `CliError`
-that names the option and what is wrong, never a traceback. `history` opens a
-SQLite database read-only, so it works on a folder nobody may write.
+A data folder that is a file, missing or read-only, a checkpoint URL naming a
+folder or a folder that does not exist, a file that is not a database, an
+unreachable Postgres: each becomes a `CliError` that names the option and
+what is wrong, never a traceback. `history` and `sessions` open a SQLite
+database read-only, so they work on a folder nobody may write.
 """
 
 from __future__ import annotations
@@ -14,29 +15,24 @@ import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
+from graph.storage.archive import SqliteArchive, archive_for
 from graph.storage.checkpoint import POSTGRES_PREFIXES, SQLITE_PREFIX, open_checkpointer
-from memory import MemoryStore
 from memory.errors import MemoryStoreError
+from nodes.protocols import TranscriptArchive
+from studio.cli_errors import EXIT_NOT_FOUND, CliError
 from studio.cli_text import Reembedding
+from studio.memory_server import open_store
 
-# Exit codes (README "## CLI").
-EXIT_OK = 0
-EXIT_NOT_FOUND = 1  # nothing to resume, no such session or memory
-EXIT_USAGE = 2  # bad input or an expected failure: one line on stderr
-EXIT_TURN_FAILED = 75  # EX_TEMPFAIL: the turn failed after it started; `cyrene resume` finishes it
+if TYPE_CHECKING:
+    import argparse
+
+    from memory.store import MemoryStore
 
 POSTGRES_CONNECT_TIMEOUT = 5  # seconds; libpq waits for the OS (minutes) without it
-
-
-class CliError(Exception):
-    """An expected failure: one line on stderr and an exit code, never a traceback."""
-
-    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 def data_folder(path: Path, *, write: bool) -> Path:
@@ -55,8 +51,21 @@ def data_folder(path: Path, *, write: bool) -> Path:
     return path
 
 
-def checkpoint_url(checkpoint: str | None, data: Path) -> str:
-    return checkpoint or f"{SQLITE_PREFIX}{data / 'checkpoints.db'}"
+def stored_data(args: argparse.Namespace) -> None:
+    """For a command that reads what is stored: `--data` must exist (unless `--checkpoint`
+    names the database elsewhere); a missing one is "not found", not a blank listing."""
+    if not args.checkpoint and not args.data.exists():
+        raise CliError(f"--data {args.data}: no such folder", EXIT_NOT_FOUND)
+    data_folder(args.data, write=False)
+
+
+def writable_data(args: argparse.Namespace) -> Path:
+    return data_folder(args.data, write=True)
+
+
+def checkpoint_url(args: argparse.Namespace) -> str:
+    """`--checkpoint`, else the SQLite file in the data folder."""
+    return args.checkpoint or f"{SQLITE_PREFIX}{args.data / 'checkpoints.db'}"
 
 
 def _storage_errors() -> tuple[type[Exception], ...]:
@@ -81,11 +90,19 @@ def _with_connect_timeout(url: str) -> str:
 
 
 def _sqlite_file(url: str) -> Path | None:
+    """The file a `sqlite:///` URL names. Its folder must exist: a mistyped path would
+    otherwise create folders wherever the command runs."""
     if not url.startswith(SQLITE_PREFIX):
         return None
     path = Path(url[len(SQLITE_PREFIX) :])
     if path.is_dir():
         raise CliError(f"--checkpoint {url}: {path} is a folder, not a SQLite database")
+    if not path.parent.is_dir():
+        where = "absolute" if path.is_absolute() else "relative to the current folder"
+        raise CliError(
+            f"--checkpoint {url}: no folder {path.parent} ({where}; sqlite:///x.db is "
+            "relative, sqlite:////x.db absolute)"
+        )
     return path
 
 
@@ -105,17 +122,21 @@ def checkpointer(url: str) -> Iterator[BaseCheckpointSaver]:
 
 
 @contextmanager
-def reading_checkpointer(url: str) -> Iterator[BaseCheckpointSaver]:
-    """A saver that only reads: SQLite is opened read-only, so a read-only folder works."""
+def reading(args: argparse.Namespace) -> Iterator[tuple[BaseCheckpointSaver, TranscriptArchive]]:
+    """A saver that only reads, and the transcript archive beside it. SQLite is opened
+    read-only (a read-only folder works), and a missing database is "not found"."""
+    stored_data(args)
+    url = checkpoint_url(args)
     path = _sqlite_file(url)
     if path is None:
         with checkpointer(url) as saver:
-            yield saver
+            yield saver, archive_for(saver)
         return
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     if not path.exists():
-        raise CliError(f"--checkpoint {url}: no database at {path}", EXIT_NOT_FOUND)
+        where = f"--checkpoint {url}" if args.checkpoint else f"--data {args.data}"
+        raise CliError(f"{where}: no sessions yet (no database at {path})", EXIT_NOT_FOUND)
     try:
         conn = _read_only(path)
     except sqlite3.Error as exc:
@@ -123,7 +144,7 @@ def reading_checkpointer(url: str) -> Iterator[BaseCheckpointSaver]:
     try:
         saver = SqliteSaver(conn)
         saver.is_setup = True  # its tables exist (checked); setting them up would write
-        yield saver
+        yield saver, SqliteArchive(path, saver.serde, reader=conn)
     finally:
         conn.close()
 
@@ -151,7 +172,8 @@ def _probe(conn: sqlite3.Connection) -> sqlite3.Connection:
 
 @contextmanager
 def memory_errors(data: Path) -> Iterator[None]:
-    """Failures opening the memory store under `data` (in use, read-only, damaged) as `CliError`s."""
+    """Failures opening the memory store of `data` (in use, read-only, damaged, its server
+    gone) as `CliError`s."""
     from chromadb.errors import ChromaError
 
     errors: tuple[type[Exception], ...] = (MemoryStoreError, ChromaError, *_storage_errors())
@@ -161,10 +183,11 @@ def memory_errors(data: Path) -> Iterator[None]:
         raise CliError(f"--data {data}: cannot open the memory store: {_reason(exc)}") from exc
 
 
-def open_memory(data: Path, progress: Reembedding | None = None) -> MemoryStore:
-    """The embedded store under `data/memory`; re-embedding on open is shown on stderr."""
-    with memory_errors(data):
-        return MemoryStore.open(data / "memory", progress=progress or Reembedding())
+def open_memory(args: argparse.Namespace, progress: Reembedding | None = None) -> MemoryStore:
+    """The data folder's memory store: on `--memory-server` or the server `cyrene studio`
+    runs for the folder, else embedded under `DATA/memory`; re-embedding is shown on stderr."""
+    with memory_errors(args.data):
+        return open_store(args.data, args.memory_server, progress=progress or Reembedding())
 
 
 def _reason(exc: BaseException) -> str:

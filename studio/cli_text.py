@@ -28,7 +28,6 @@ def _escape(code: int) -> str:
 
 
 _ESCAPES = {code: _escape(code) for code in _HIDDEN if chr(code) not in "\n\t"}
-_ESCAPES_ONE_LINE = {**_ESCAPES, ord("\n"): "\\n", ord("\t"): "\\t"}
 
 
 def visible(text: str) -> str:
@@ -36,12 +35,6 @@ def visible(text: str) -> str:
 
     Newlines and tabs stay (a reply may have paragraphs)."""
     return text.translate(_ESCAPES)
-
-
-def one_line(text: str, limit: int = 300) -> str:
-    """`visible`, on one line and at most `limit` characters: for error messages."""
-    line = text.strip().translate(_ESCAPES_ONE_LINE)
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def progress_bar(label: str, done: int, total: int) -> None:

@@ -69,15 +69,16 @@ def run_demo(session: Any) -> int:
     with session.graph() as graph:
         print("== 主人私聊 demo-owner ==")
         for persona, text in OWNER_SCRIPT:
-            _say(f"主人 → {persona}", text)
-            print(f"  {persona}：", end="")
+            name = session.config.personas[persona].name
+            _say(f"主人 → {name}", text)
+            print(f"  {name}：", end="")
             session.turn(graph, text, "demo-owner", session.env("owner", persona))
         _stages(graph, "demo-owner", budget)
         print("\n== 群聊 demo-group（第三方发言带昵称，主人不带） ==")
         for name, text, mentioned in GROUP_SCRIPT:
             args.name = name
             _say(f"{name or '主人'}{'（@昔涟）' if mentioned else ''}", text)
-            print("  昔涟：", end="")
+            print(f"  {session.config.personas[session.config.default_persona].name}：", end="")
             session.turn(graph, text, "demo-group", session.env("group", None, mentioned))
         _stages(graph, "demo-group", budget)
     store = session.config.memory

@@ -26,12 +26,9 @@ from nodes.policies.capacity import CapacityPolicy, Tier
 from studio.cli_text import Reembedding
 from studio.demo_hooks import demo_mood, describe_image
 from studio.demo_model import DemoChatModel
+from studio.memory_server import open_store
+from studio.settings import DEFAULT_DATA, MODEL_ENV
 
-DEFAULT_DATA = Path(".cyrene")
-DATA_ENV = "CYRENE_DATA"
-MODEL_ENV = "CYRENE_MODEL"
-GROUP_REPLY_ENV = "CYRENE_GROUP_REPLY"
-"""Studio's `group_reply` (`cyrene studio --group-reply`); unset, the demo world's `always`."""
 # Estimated tokens (LangChain's chars/4 estimate, as the demo model has no
 # tokenizer). The first turns of a chat stay under it; `cyrene demo` crosses it
 # on the owner chat's sixth turn and the group chat's third, a Studio chat of
@@ -116,20 +113,24 @@ DEMO_CAPACITY = CapacityPolicy(
 )
 
 
-def open_demo_store(data: Path) -> MemoryStore:
-    """The embedded store under `data/memory`, seeded on first use (re-embedding shown)."""
-    store = MemoryStore.open(data / "memory", progress=Reembedding())
+def open_demo_store(data: Path, address: str | None = None) -> MemoryStore:
+    """The data folder's store, seeded on first use (re-embedding shown): on the Chroma
+    server at `address` or the one `cyrene studio` runs for the folder, else embedded."""
+    store = open_store(data, address, progress=Reembedding())
     if not store.list():
         store.add_many(SEED_MEMORIES)
     return store
 
 
 def demo_config(
-    data: Path = DEFAULT_DATA, model: BaseChatModel | None = None, **overrides: Any
+    data: Path = DEFAULT_DATA,
+    model: BaseChatModel | None = None,
+    store: MemoryStore | None = None,
+    **overrides: Any,
 ) -> LoopConfig:
-    """The demo LoopConfig over a data folder."""
+    """The demo LoopConfig over a data folder (and its store, opened here when not given)."""
     data = Path(data)
-    store = open_demo_store(data)
+    store = store or open_demo_store(data)
     return LoopConfig(
         model=model or DemoChatModel(),
         personas=PERSONAS,

@@ -5,9 +5,13 @@ carries a checkpointer, so this graph has none; `make_checkpointer` below is
 what langgraph.json's `checkpointer.path` points at, so Studio's checkpoints
 land in our SQLite file under the data folder and survive a server restart.
 
-The data folder is `$CYRENE_DATA` (default `./.cyrene`); the model is
-`$CYRENE_MODEL` when set, else the offline demo model; `$CYRENE_GROUP_REPLY`
-sets `group_reply` (`cyrene studio --group-reply mentioned`).
+It honours the CLI's environment variables (`studio.settings`), which
+`cyrene studio` sets from its options: the data folder is `$CYRENE_DATA`
+(default `./.cyrene`); the checkpoints are `$CYRENE_CHECKPOINT`, else
+`DATA/checkpoints.db`, the CLI's own file, so a session is shared; memories
+are on the Chroma server `$CYRENE_MEMORY_SERVER` (the one `cyrene studio`
+starts), else embedded; the model is `$CYRENE_MODEL`, else the offline demo
+model; `$CYRENE_GROUP_REPLY` sets `group_reply`.
 """
 
 from __future__ import annotations
@@ -25,7 +29,14 @@ from graph.extractions import aresume_extractions
 from graph.runs import CyreneGraph
 from graph.storage.checkpoint import open_checkpointer
 from nodes.config import LoopConfig
-from studio.demo import DATA_ENV, DEFAULT_DATA, GROUP_REPLY_ENV, demo_config, demo_model
+from studio.demo import demo_config, demo_model, open_demo_store
+from studio.settings import (
+    CHECKPOINT_ENV,
+    DATA_ENV,
+    DEFAULT_DATA,
+    GROUP_REPLY_ENV,
+    MEMORY_SERVER_ENV,
+)
 
 
 def data_folder() -> Path:
@@ -38,7 +49,8 @@ def make_config(**overrides: Any) -> LoopConfig:
     model, _ = demo_model()
     reply = os.environ.get(GROUP_REPLY_ENV)
     settings = {"model_view_step": True, **({"group_reply": reply} if reply else {}), **overrides}
-    return demo_config(data_folder(), model=model, **settings)
+    store = open_demo_store(data_folder(), os.environ.get(MEMORY_SERVER_ENV) or None)
+    return demo_config(data_folder(), model=model, store=store, **settings)
 
 
 def make_graph(config: LoopConfig) -> CyreneGraph:
@@ -54,8 +66,10 @@ graph = make_graph(config)
 
 @asynccontextmanager
 async def make_checkpointer() -> AsyncIterator[BaseCheckpointSaver]:
-    """Studio's saver: the async SQLite saver over `<data>/studio-checkpoints.db`. On
-    entry, the background extractions a stopped server left pending run again."""
-    async with open_checkpointer(f"sqlite:///{data_folder() / 'studio-checkpoints.db'}") as saver:
+    """Studio's saver: the async saver for `$CYRENE_CHECKPOINT`, else the CLI's own SQLite
+    file in the data folder. On entry, the background extractions a stopped server left
+    pending run again."""
+    url = os.environ.get(CHECKPOINT_ENV) or f"sqlite:///{data_folder() / 'checkpoints.db'}"
+    async with open_checkpointer(url) as saver:
         await aresume_extractions(config, saver)
         yield saver

@@ -249,3 +249,14 @@ def test_a_subgraph_call_carries_a_task_id_and_its_nodes_see_their_graphs_namesp
     child.invoke({"x": 1})
     assert seen[-1] == (True, ""), "a root graph's node sees the root namespace"
     assert not inside_parent_run({"configurable": {"thread_id": "t", "checkpoint_ns": "x"}})
+
+
+def test_the_transcript_reducer_spells_remove_all_as_langgraph_does():
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+    from nodes.reducers import REMOVE_ALL_MESSAGES as ours
+
+    assert ours == REMOVE_ALL_MESSAGES, (
+        "LangGraph renamed the id that removes every message; nodes/reducers.py keeps a copy "
+        "so that reading a transcript need not load LangGraph's graph package"
+    )

@@ -161,7 +161,9 @@ def test_a_quiet_turn_runs_no_stage_no_tool_and_no_extraction_but_the_turn_end_h
     assert updates == [["call_model"]], "the decision ends a quiet turn: no reply, no turn-end hook"
     [event] = [c for mode, c in chunks if mode == "custom"]
     assert event["kind"] == "presence" and event["reply"] is False
-    assert [user for user, _ in ended] == ["昔涟，现在几点？"], "the hook hears the answered turn only"
+    assert [user for user, _ in ended] == ["昔涟，现在几点？"], (
+        "the hook hears the answered turn only"
+    )
     assert len(described) == 1, "the answered turn folded the quiet message's image"
     assert "一张图" in str(model.requests[0].messages), "and the model saw its description"
     assert [m.type for m in state["messages"]] == ["human", "human", "ai", "tool", "ai"]

@@ -1,31 +1,48 @@
-"""The README stays true: its commands, its diagram, its configuration table, its quickstart."""
+"""The README stays true: its commands, its snippets (run verbatim), its diagram, its tables."""
 
 from __future__ import annotations
 
 import re
+import tomllib
 
-from graph import LoopConfig, build_graph, open_checkpointer
-from studio.demo_model import DemoChatModel
+import pytest
+
+from graph import LoopConfig, open_checkpointer
+from studio import cli, settings
+from studio.cli_read import loop_drawing
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
 
-def test_the_first_lines_are_the_two_commands_and_ci_runs_the_second():
-    commands = [line.strip() for line in README.splitlines()[:5] if line.startswith("    ")]
+def python_block(after: str) -> str:
+    """The first ```python block after the line `after`."""
+    start = README.index(after)
+    return re.search(r"```python\n(.*?)```", README[start:], re.DOTALL).group(1)
+
+
+def test_the_first_screen_says_what_this_is_then_gives_the_two_commands():
+    first_screen = README.splitlines()[:12]
+    commands = [line.strip() for line in first_screen if line.startswith("    ")]
     assert len(commands) == 2
     main_job, tests = commands
     assert main_job.endswith("cyrene demo") and "pytest" in tests
+    before = " ".join(first_screen[: first_screen.index(f"    {main_job}")])
+    assert "agent loop of an AI companion" in before and "LangGraph" in before
     ci = (REPO / ".ci" / "run").read_text()
     assert tests in ci.splitlines(), ".ci/run runs the README's test command verbatim"
 
 
-def test_the_diagram_is_generated_from_the_graph():
+def test_nothing_points_outside_the_repository():
+    assert "../" not in README and "DESIGN.md" not in README
+    for link in re.findall(r"\]\(([^)#]+)\)", README):
+        if not link.startswith("http"):
+            assert (REPO / link).exists(), link
+
+
+def test_the_diagram_is_what_cyrene_graph_prints():
     block = re.search(r"```mermaid\n(.*?)```", README, re.DOTALL).group(1)
-    graph = build_graph(
-        LoopConfig(model=DemoChatModel(), vision=lambda b: "", max_context_tokens=8000)
-    )
-    assert block.strip() == graph.get_graph().draw_mermaid().strip()
+    assert block.strip() == loop_drawing()
 
 
 def test_every_config_field_is_documented():
@@ -35,18 +52,42 @@ def test_every_config_field_is_documented():
     assert set(LoopConfig.model_fields) <= table
 
 
-def test_the_quickstart_runs(tmp_path, monkeypatch):
-    code = re.search(r"## Python quickstart\n\n```python\n(.*?)```", README, re.DOTALL).group(1)
-    code = code.replace('model="openai:gpt-4o-mini",', "model=DemoChatModel(),")
+@pytest.fixture
+def quickstart(tmp_path, monkeypatch, capsys) -> dict:
+    """The quickstart run verbatim in a fresh folder; its names, for the snippets after it."""
     monkeypatch.chdir(tmp_path)
-    namespace = {"DemoChatModel": DemoChatModel}
-    exec(compile(code, "README quickstart", "exec"), namespace)
+    namespace: dict = {}
+    exec(compile(python_block("## Python quickstart"), "README quickstart", "exec"), namespace)
+    namespace["printed"] = capsys.readouterr().out.splitlines()
+    return namespace
+
+
+def test_the_quickstart_runs_verbatim_and_prints_the_replies(quickstart):
+    assert quickstart["printed"] == [
+        "（演示模型）昔涟：收到「早安」。这是我们这次对话的第一句。",
+        "（演示模型）昔涟：收到「大家好」。这是我们这次对话的第一句。",
+    ]
     with open_checkpointer("sqlite:///.cyrene/checkpoints.db") as saver:
-        graph = build_graph(namespace["config"], saver)
+        from graph import build_graph
+
+        graph = build_graph(quickstart["config"], saver)
         owner = graph.get_state({"configurable": {"thread_id": "s1"}}).values["messages"]
         group = graph.get_state({"configurable": {"thread_id": "g1"}}).values["messages"]
     assert [m.type for m in owner] == ["human", "ai"] and owner[-1].name == "xilian"
     assert [m.name for m in group] == ["小明", None]
+
+
+def test_the_imported_history_snippet_runs(quickstart, capsys):
+    code = python_block("### Trusted system and assistant text, and imported history")
+    exec(compile(code, "README Trusted", "exec"), {"config": quickstart["config"]})
+    assert capsys.readouterr().out.splitlines()[-1] == "7"
+
+
+def test_the_worker_shutdown_snippet_runs(quickstart, capsys):
+    code = python_block("A worker process of your own gets the same shutdown")
+    with pytest.raises(SystemExit) as stopped:
+        exec(compile(code, "README shutdown", "exec"), {"config": quickstart["config"]})
+    assert stopped.value.code == 0
 
 
 def test_the_configuration_table_says_what_each_field_describes():
@@ -58,3 +99,26 @@ def test_the_configuration_table_says_what_each_field_describes():
         assert rows.get(name) == field.description, (
             f"README's row for `{name}` differs from LoopConfig.{name}'s Field(description=…)"
         )
+        assert "seed `" not in field.description, "say what the knob does"
+
+
+def test_every_environment_variable_and_extra_is_in_its_table():
+    section = README[README.index("## Environment variables") : README.index("## Checkpoint URLs")]
+    names = {v for k, v in vars(settings).items() if k.endswith("_ENV")}
+    assert names == set(cli.ENV.values())
+    for name in names | {"OTEL_EXPORTER_OTLP_ENDPOINT", "LANGSMITH_TRACING"}:
+        assert f"| `{name}`" in section or f"`{name}`," in section, name
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    section = README[README.index("## Extras") : README.index("## Environment variables")]
+    for extra in extras:
+        assert f"| `{extra}` |" in section and f"'.[{extra}]'" in section, extra
+
+
+def test_the_benchmark_table_keeps_its_markers_and_format():
+    table = README[README.index("<!-- bench:start -->") : README.index("<!-- bench:end -->")]
+    rows = [line for line in table.splitlines() if line.startswith("|")]
+    assert rows[0] == "| benchmark | ours | peer | ratio | target |"
+    assert all(row.count(" | ") == 4 for row in rows[2:]), "five columns"
+    assert any(row.startswith("| `cyrene --help`") for row in rows)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,9 @@ from langgraph_sdk import get_client
 
 from graph.builder import LOOP_NODES
 from studio.conversation import SUNSET_PNG
+from studio.memory_server import RECORD
 from studio.server import dev_command, dev_env
+from tests.cli_support import cyrene_process
 from tests.conftest import REPO, free_port, service_missing, wait_for_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
@@ -180,7 +184,7 @@ async def test_studio_serves_the_loop_and_persists_across_restarts(tmp_path):
         await assert_every_stage_shows(client)
     finally:
         first.stop()
-    assert (data / "studio-checkpoints.db").exists()
+    assert (data / "checkpoints.db").exists(), "the CLI's own file: sessions are shared"
 
     second = DevServer(data, tmp_path / "second.log", via_cli=True)
     try:
@@ -231,3 +235,65 @@ async def test_studio_shows_a_quiet_group_turn_and_its_reason(tmp_path):
         assert state["messages"][-1]["type"] == "ai" and state["presence"]["reply"] is True
     finally:
         server.stop()
+
+
+async def test_studio_and_the_cli_share_one_data_folder(tmp_path):
+    """With `cyrene studio` running on a folder, `cyrene run`, `chat` and `memory` on the
+    same folder work at once (the store is served by the Chroma server Studio started and
+    recorded there) and see the same memories and sessions (one checkpoints.db)."""
+    data = tmp_path / "data"
+    server = DevServer(data, tmp_path / "studio.log", via_cli=True)
+    try:
+        server.wait()
+        assert (data / RECORD).exists(), "the memory server is recorded for the CLI"
+        started = time.monotonic()
+        added = cyrene_process("memory", "add", "主人的猫叫团子", "--data", str(data))
+        assert added.returncode == 0, added.stderr
+        assert time.monotonic() - started < 10, "no wait for the store's lock"
+
+        client = get_client(url=server.url)
+        thread = (await client.threads.create())["thread_id"]
+        await run_turn(client, thread, "记住 周末去爬山", {"actor": "owner"})
+        asked = await run_turn(client, thread, "查一下记忆：猫叫什么？", {"actor": "owner"})
+        results = [
+            str(m["content"])
+            for p in asked
+            if p.event == "updates"
+            for m in (p.data.get("dispatch_tools") or {}).get("messages", [])
+        ]
+        assert any("团子" in r for r in results), "Studio's tool found the CLI's memory"
+        assert await _eventually(lambda: "周末去爬山" in _memories(data)), "the CLI sees Studio's"
+
+        listed = cyrene_process("sessions", "--data", str(data))
+        assert listed.returncode == 0 and listed.stdout.startswith(f"{thread}  "), listed.stdout
+        history = cyrene_process("history", thread, "--data", str(data))
+        assert "记住 周末去爬山" in history.stdout
+        went_on = cyrene_process("run", "继续聊", "--session", thread, "--data", str(data))
+        assert went_on.returncode == 0, went_on.stderr
+        chatted = cyrene_process(
+            "chat", "--session", "cli-chat", "--data", str(data), stdin="在吗\n"
+        )
+        assert chatted.returncode == 0 and "收到「在吗」" in chatted.stdout, chatted.stderr
+        state = await client.threads.get_state(thread)
+        humans = [m["content"] for m in state["values"]["messages"] if m["type"] == "human"]
+        assert humans[-1] == "继续聊", "Studio sees the turn the CLI added to its thread"
+    finally:
+        server.stop()
+    assert not (data / RECORD).exists(), "stopped: the record is gone"
+    after = _memories(data)
+    assert "团子" in after and "周末去爬山" in after, "the embedded store holds them all"
+
+
+def _memories(data: Path) -> str:
+    listed = cyrene_process("memory", "list", "--data", str(data))
+    assert listed.returncode == 0, listed.stderr
+    return listed.stdout
+
+
+async def _eventually(check, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        await asyncio.sleep(0.5)
+    return check()

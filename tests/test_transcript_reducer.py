@@ -18,7 +18,7 @@ from langchain_core.messages import (
 )
 from langgraph.graph.message import add_messages
 
-from nodes.state import kept_apart, merge_transcript, only_new_messages
+from nodes.reducers import kept_apart, merge_transcript, only_new_messages
 from nodes.view.transcript import close_interrupted_calls
 
 IDS = [f"m{i}" for i in range(8)]

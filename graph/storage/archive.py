@@ -98,9 +98,13 @@ class SqliteArchive(SqlArchive):
     table is made by the first write, so reading never writes (`cyrene history` on a
     read-only folder)."""
 
-    def __init__(self, path: Path, serde: SerializerProtocol) -> None:
+    def __init__(
+        self, path: Path, serde: SerializerProtocol, reader: sqlite3.Connection | None = None
+    ) -> None:
         super().__init__(serde)
         self.path = path
+        self.reader = reader
+        """A connection to read with: a reader of a read-only folder passes its read-only one."""
 
     @contextmanager
     def _connection(self) -> Iterator[sqlite3.Connection]:
@@ -114,6 +118,10 @@ class SqliteArchive(SqlArchive):
 
     def read(self, thread: Thread, start: int, stop: int) -> list[BaseMessage]:
         try:
+            if self.reader is not None:
+                return self._messages(
+                    self.reader.execute(self._select(), (*thread, start, stop)).fetchall()
+                )
             with self._connection() as conn:
                 return self._messages(
                     conn.execute(self._select(), (*thread, start, stop)).fetchall()

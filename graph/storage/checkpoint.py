@@ -32,6 +32,7 @@ from weakref import WeakKeyDictionary
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from nodes.compat import IncrementalMemorySaver, IncrementalSqliteSaver
+from nodes.extras import missing_extra
 
 T = TypeVar("T")
 SQLITE_PREFIX = "sqlite:///"
@@ -215,6 +216,4 @@ def _postgres(asynchronous: bool = False):
 
         return PostgresSaver
     except ImportError as exc:
-        raise ValueError(
-            "postgresql checkpoints need the postgres extra: pip install 'cyrene-graph[postgres]'"
-        ) from exc
+        raise ValueError(missing_extra("postgres", "postgresql:// checkpoints")) from exc

@@ -26,6 +26,7 @@ from langchain_core.tools import tool
 from graph import LoopConfig, Persona, build_graph, open_checkpointer
 from memory import HashingEmbedding, MemoryItem, MemoryStore, Scope
 from tests.bench.cache import bench_cache_share
+from tests.bench.cli import bench_cli
 from tests.bench.extraction import bench_extraction, bench_extraction_crashes
 from tests.bench.growth import bench_growth
 from tests.bench.memory import bench_recall, bench_updates, load_set
@@ -305,6 +306,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         bench_orchestration(repeat)
+        for cells in bench_cli(args.quick):  # `cyrene --help`, history, sessions from cold
+            row(*cells)
         for cells in bench_traffic(args.quick):  # session lock, 50 sessions, group burst
             row(*cells)
         for cells in bench_presence(args.quick):  # who a group is answered, a quiet turn's cost

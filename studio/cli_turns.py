@@ -1,0 +1,123 @@
+"""The commands that run turns: `demo`, `run`, `chat` and `resume` (README "## CLI")."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from langchain_core.language_models import BaseChatModel
+
+from graph.shutdown import GracefulStop, StopRequested
+from nodes.choices import ACTORS
+from nodes.extras import missing_extra
+from studio.cli_errors import EXIT_OK, CliError
+from studio.cli_session import EXTRACTION_TIMEOUT, Session
+
+CHAT_HELP = (
+    "输入消息发送；命令：/persona ID 换角色，/actor owner|group|stranger|internal 换身份，"
+    "/help 显示本说明，/quit 退出（Ctrl-D 也行）"
+)
+
+
+OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+
+@contextmanager
+def exported_traces() -> Iterator[None]:
+    """While the command runs, spans go to OTLP/HTTP when an endpoint is set (the SDK reads
+    it); they are flushed before the command returns."""
+    if not any(os.environ.get(name) for name in OTLP_ENDPOINTS):
+        yield
+        return
+    try:
+        from graph.tracing import enable_tracing
+    except ImportError as exc:
+        raise CliError(missing_extra("otel", "OTEL_EXPORTER_OTLP_ENDPOINT (tracing)")) from exc
+    provider = enable_tracing()
+    try:
+        yield
+    finally:
+        provider.shutdown()
+
+
+def turn_command(args: argparse.Namespace, model: BaseChatModel | None) -> int:
+    """demo, run, chat and resume: turns under a graceful stop, traced when asked."""
+    with exported_traces(), GracefulStop(interrupt_idle=True) as stop:
+        try:
+            with Session(args, stop, model) as session:
+                try:
+                    return run_turns(session)
+                finally:
+                    if stop.requested:  # background extraction gets its bounded grace
+                        stop.drain(EXTRACTION_TIMEOUT)
+        except StopRequested as exc:
+            return exc.exit_code
+
+
+def run_turns(session: Session) -> int:
+    args = session.args
+    if args.command == "demo":
+        from studio.conversation import run_demo
+
+        return run_demo(session)
+    if args.command == "chat":
+        return chat(session)
+    with session.graph() as graph:
+        if args.command == "run":
+            session.turn(graph, args.text, args.session, session.env())
+        else:
+            session.turn(graph, None, args.session_id, session.env())
+    return EXIT_OK
+
+
+def _input_lines() -> Iterator[str]:
+    """Non-empty stripped lines from the terminal (with a prompt) or a pipe, until EOF."""
+    prompt = "> " if sys.stdin.isatty() else ""
+    while True:
+        try:
+            line = input(prompt).strip()
+        except EOFError:
+            return
+        if line:
+            yield line
+
+
+def chat(session: Session) -> int:
+    """Read lines until /quit or EOF: a command is answered here, anything else is a turn."""
+    args = session.args
+    actor, persona = args.actor, args.persona
+    personas = sorted(session.config.personas)
+    print(CHAT_HELP)
+    with session.graph() as graph:
+        for line in _input_lines():
+            command, _, value = line.partition(" ")
+            value = value.strip()
+            if command == "/quit":
+                break
+            if command == "/help":
+                print(CHAT_HELP)
+            elif command == "/persona":
+                now = persona or session.config.default_persona or ""
+                persona = _choose("persona", value, personas, persona, now)
+            elif command == "/actor":
+                actor = _choose("actor", value, ACTORS, actor, actor) or actor
+            elif command.startswith("/") and command[1:].isalpha():
+                print(f"unknown command {command}; /help lists them")
+            else:
+                session.turn(graph, line, args.session, session.env(actor, persona))
+    return EXIT_OK
+
+
+def _choose(
+    what: str, value: str, allowed: Sequence[str], current: str | None, now: str
+) -> str | None:
+    """`value` when it is allowed; otherwise say what is (and what is in use: `now`),
+    and keep `current`."""
+    if value in allowed:
+        return value
+    told = f"unknown {what} {value!r}; " if value else ""  # repr escapes control characters
+    print(f"{told}choose one of: {', '.join(allowed)} (now: {now})")
+    return current
