@@ -153,11 +153,19 @@ def test_a_delta_channel_value_can_be_rebuilt_and_stored_as_a_snapshot():
     )
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def incremental_saver(request, tmp_path):
     """Each incremental saver, with the class whose own walk it shortcuts."""
     if request.param == "memory":
         yield compat.IncrementalMemorySaver(), InMemorySaver
+        return
+    if request.param == "postgres":
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        url = request.getfixturevalue("fresh_postgres_url")
+        with compat.incremental_postgres_saver().from_conn_string(url) as saver:
+            saver.setup()
+            yield saver, PostgresSaver
         return
     with compat.IncrementalSqliteSaver.from_conn_string(str(tmp_path / "c.db")) as saver:
         yield saver, SqliteSaver
@@ -192,7 +200,7 @@ def test_the_incremental_savers_load_what_langgraphs_walk_loads(monkeypatch, inc
         ours, theirs = both(config)
         assert ours == theirs, f"turn {turn}: the incremental history differs from LangGraph's"
     assert "seed" in both(config)[1]["messages"], "the session crossed a snapshot"
-    snapshots_restart = 0 if base is InMemorySaver else 1  # SQLite's own walk starts at one
+    snapshots_restart = 0 if base is InMemorySaver else 1  # a database's walk starts at one
     assert len(full_walks) == 1 + snapshots_restart, (
         "after the first load, each turn's load walked only its own steps"
     )

@@ -207,7 +207,7 @@ async def test_studio_serves_the_loop_and_persists_across_restarts(tmp_path):
 
 async def test_studio_shows_a_quiet_group_turn_and_its_reason(tmp_path):
     """`cyrene studio --group-reply mentioned`: a group message that names nobody is one
-    `call_model` update with the decision (then the turn-end hook); a flagged one is answered,
+    `call_model` update with the decision, and the turn ends; a flagged one is answered,
     and the model saw the quiet message before it."""
     server = DevServer(tmp_path / "data", tmp_path / "server.log", group_reply="mentioned")
     try:
@@ -216,7 +216,7 @@ async def test_studio_shows_a_quiet_group_turn_and_its_reason(tmp_path):
         thread = (await client.threads.create())["thread_id"]
         quiet = await run_turn(client, thread, "今天天气不错", {"actor": "group"}, name="小明")
         updates = [p.data for p in quiet if p.event == "updates"]
-        assert [list(update) for update in updates] == [["call_model"], ["finish_turn"]]
+        assert [list(update) for update in updates] == [["call_model"]]
         decision = updates[0]["call_model"]["presence"]
         assert decision["reply"] is False and decision["reason"].startswith("not addressed")
         assert [c["kind"] for c in (p.data for p in quiet if p.event == "custom")] == ["presence"]

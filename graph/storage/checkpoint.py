@@ -31,7 +31,11 @@ from weakref import WeakKeyDictionary
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from nodes.compat import IncrementalMemorySaver, IncrementalSqliteSaver
+from nodes.compat import (
+    IncrementalMemorySaver,
+    IncrementalSqliteSaver,
+    incremental_postgres_saver,
+)
 from nodes.extras import missing_extra
 
 T = TypeVar("T")
@@ -129,7 +133,10 @@ class open_checkpointer(AbstractContextManager, AbstractAsyncContextManager):
                 IncrementalSqliteSaver.from_conn_string(str(sqlite_path(self.url)))
             )
         else:
-            saver = self._stack.enter_context(_postgres().from_conn_string(self.url))
+            _postgres()  # the extra is installed, or a clear error says how to get it
+            saver = self._stack.enter_context(
+                incremental_postgres_saver().from_conn_string(self.url)
+            )
         with _one_setup_at_a_time(self.url):
             saver.setup()
         _URLS[saver] = self.url
