@@ -13,7 +13,6 @@ from typing import Annotated
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
@@ -151,70 +150,6 @@ def test_a_delta_channel_value_can_be_rebuilt_and_stored_as_a_snapshot():
     assert [m.content for m in snapshot.value] == ["a", "#1", "b", "#3"], (
         "get_delta_channel_history + DeltaChannel.replay_writes (Beta) no longer rebuild the value"
     )
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def incremental_saver(request, tmp_path):
-    """Each incremental saver, with the class whose own walk it shortcuts."""
-    if request.param == "memory":
-        yield compat.IncrementalMemorySaver(), InMemorySaver
-        return
-    if request.param == "postgres":
-        from langgraph.checkpoint.postgres import PostgresSaver
-
-        url = request.getfixturevalue("fresh_postgres_url")
-        with compat.incremental_postgres_saver().from_conn_string(url) as saver:
-            saver.setup()
-            yield saver, PostgresSaver
-        return
-    with compat.IncrementalSqliteSaver.from_conn_string(str(tmp_path / "c.db")) as saver:
-        yield saver, SqliteSaver
-
-
-def test_the_incremental_savers_load_what_langgraphs_walk_loads(monkeypatch, incremental_saver):
-    """Their shortcut (walk back only to the thread's last load) returns LangGraph's own
-    history at every checkpoint: past a snapshot, for older checkpoints, after a fork,
-    and for a thread deleted and started again."""
-    saver, base = incremental_saver
-    full_walk = base.get_delta_channel_history
-    full_walks = []
-
-    def counted(self, **kwargs):
-        full_walks.append(kwargs["config"])
-        return full_walk(self, **kwargs)
-
-    monkeypatch.setattr(base, "get_delta_channel_history", counted)
-    graph = StateGraph(_DeltaState)
-    graph.add_node("echo", lambda s: {"messages": [AIMessage(f"#{len(s['messages'])}")]})
-    graph.add_edge(START, "echo")
-    app = graph.compile(checkpointer=saver)
-    config = {"configurable": {"thread_id": "t"}}
-
-    def both(at: dict) -> tuple:
-        ours = saver.get_delta_channel_history(config=at, channels=["messages"])
-        theirs = full_walk(saver, config=at, channels=["messages"])
-        return ours, theirs
-
-    for turn in range(70):  # two updates a turn: the 100-update snapshot is crossed
-        app.invoke({"messages": [HumanMessage(f"m{turn}", id=f"h{turn}")]}, config)
-        ours, theirs = both(config)
-        assert ours == theirs, f"turn {turn}: the incremental history differs from LangGraph's"
-    assert "seed" in both(config)[1]["messages"], "the session crossed a snapshot"
-    snapshots_restart = 0 if base is InMemorySaver else 1  # a database's walk starts at one
-    assert len(full_walks) == 1 + snapshots_restart, (
-        "after the first load, each turn's load walked only its own steps"
-    )
-    older = [s.config for s in app.get_state_history(config)]
-    for at in older[::7]:
-        ours, theirs = both(at)
-        assert ours == theirs
-    fork = app.update_state(older[40], {"messages": [HumanMessage("fork", id="fork")]})
-    ours, theirs = both(fork)
-    assert ours == theirs
-    assert app.get_state(fork).values["messages"][-1].content == "fork"
-    saver.delete_thread("t")
-    app.invoke({"messages": [HumanMessage("again", id="again")]}, config)
-    assert [m.content for m in app.get_state(config).values["messages"]] == ["again", "#1"]
 
 
 def test_retry_policy_retries_reads_retry_on_as_langgraph_does():

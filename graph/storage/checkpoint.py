@@ -4,10 +4,10 @@
     async with open_checkpointer("sqlite:///.cyrene/checkpoints.db") as saver: ...  # ainvoke / astream
 
 Schemes: `memory` (in-process: LangGraph's `InMemorySaver`, loading only what changed
-since a thread's last load; `nodes.compat.IncrementalMemorySaver`),
+since a thread's last load; `graph.storage.incremental`),
 `sqlite:///relative/path` or `sqlite:////abs/path` (the embedded default; a sync
-saver loads incrementally too: `nodes.compat.IncrementalSqliteSaver`),
-`postgresql://…` (scale-out; needs the `postgres` extra).
+saver loads incrementally too),
+`postgresql://…` (scale-out, loading incrementally too; needs the `postgres` extra).
 Tables are created on entry, so a fresh database works at once.
 """
 
@@ -31,7 +31,7 @@ from weakref import WeakKeyDictionary
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from nodes.compat import (
+from graph.storage.incremental import (
     IncrementalMemorySaver,
     IncrementalSqliteSaver,
     incremental_postgres_saver,
