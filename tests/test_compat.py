@@ -1,4 +1,4 @@
-"""What `nodes/compat.py` relies on upstream still holds — and says what moved when not.
+"""What `nodes/compat/` relies on upstream still holds — and says what moved when not.
 
 Each test names the upstream change that would break the loop, so an upgrade
 that moves one of these fails here with a sentence, not deep inside a turn.
@@ -25,7 +25,7 @@ def test_langgraph_is_a_minor_the_tests_cover():
     major_minor = tuple(int(p) for p in version("langgraph").split(".")[:2])
     assert major_minor == (1, 2), (
         f"langgraph {version('langgraph')} is outside the pinned 1.2.x: DeltaChannel is Beta and "
-        "nodes/compat.py uses private names; re-run this file, then widen the pin in pyproject.toml"
+        "nodes/compat/ uses private names; re-run this file, then widen the pin in pyproject.toml"
     )
 
 

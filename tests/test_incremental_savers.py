@@ -12,12 +12,12 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
-from graph.storage.incremental import (
+from nodes.compat import DeltaChannel
+from nodes.compat.savers import (
     IncrementalMemorySaver,
     IncrementalSqliteSaver,
     incremental_postgres_saver,
 )
-from nodes.compat import DeltaChannel
 
 
 def _fold(current: list, writes: list) -> list:
@@ -125,3 +125,19 @@ def test_the_postgres_saver_reads_a_checkpoint_by_key_and_as_langgraph_does(fres
     assert "(channel = version.key) AND (version = version.value)" in plan, (
         "each blob is found by its whole key, not by filtering the thread's blobs\n" + plan
     )
+
+
+async def test_open_checkpointer_plans_each_postgres_query_for_its_values(fresh_postgres_url):
+    """A generic plan cached while the session was young would read it as a scan later (the
+    tables only grow, and with autovacuum off nothing replans it): both savers plan per query."""
+    from graph import open_checkpointer
+
+    with open_checkpointer(fresh_postgres_url) as saver:
+        mode = saver.conn.execute("SHOW plan_cache_mode").fetchone()
+        assert mode["plan_cache_mode"] == "force_custom_plan"
+    async with open_checkpointer(fresh_postgres_url) as saver:
+        mode = await (await saver.conn.execute("SHOW plan_cache_mode")).fetchone()
+        assert mode["plan_cache_mode"] == "force_custom_plan"
+        assert saver.SELECT_SQL == incremental_postgres_saver().SELECT_SQL, (
+            "the async saver reads blobs by key too"
+        )

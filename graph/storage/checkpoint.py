@@ -4,7 +4,7 @@
     async with open_checkpointer("sqlite:///.cyrene/checkpoints.db") as saver: ...  # ainvoke / astream
 
 Schemes: `memory` (in-process: LangGraph's `InMemorySaver`, loading only what changed
-since a thread's last load; `graph.storage.incremental`),
+since a thread's last load; `nodes.compat.savers`),
 `sqlite:///relative/path` or `sqlite:////abs/path` (the embedded default; a sync
 saver loads incrementally too),
 `postgresql://…` (scale-out, loading incrementally too; needs the `postgres` extra).
@@ -31,10 +31,11 @@ from weakref import WeakKeyDictionary
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from graph.storage.incremental import (
+from nodes.compat.savers import (
     IncrementalMemorySaver,
     IncrementalSqliteSaver,
     incremental_postgres_saver,
+    keyed_async_postgres_saver,
 )
 from nodes.extras import missing_extra
 
@@ -133,7 +134,7 @@ class open_checkpointer(AbstractContextManager, AbstractAsyncContextManager):
                 IncrementalSqliteSaver.from_conn_string(str(sqlite_path(self.url)))
             )
         else:
-            _postgres()  # the extra is installed, or a clear error says how to get it
+            _postgres()
             saver = self._stack.enter_context(
                 incremental_postgres_saver().from_conn_string(self.url)
             )
@@ -157,8 +158,9 @@ class open_checkpointer(AbstractContextManager, AbstractAsyncContextManager):
                 AsyncSqliteSaver.from_conn_string(str(sqlite_path(self.url)))
             )
         else:
+            _postgres()
             saver = await self._astack.enter_async_context(
-                _postgres(asynchronous=True).from_conn_string(self.url)
+                keyed_async_postgres_saver().from_conn_string(self.url)
             )
         async with _aone_setup_at_a_time(self.url):
             await saver.setup()
@@ -213,14 +215,9 @@ async def _aone_setup_at_a_time(url: str) -> AsyncIterator[None]:
         yield
 
 
-def _postgres(asynchronous: bool = False):
+def _postgres() -> None:
+    """The `postgres` extra is installed, or a clear error says how to get it."""
     try:
-        if asynchronous:
-            from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-
-            return AsyncPostgresSaver
-        from langgraph.checkpoint.postgres import PostgresSaver
-
-        return PostgresSaver
+        import langgraph.checkpoint.postgres  # noqa: F401
     except ImportError as exc:
         raise ValueError(missing_extra("postgres", "postgresql:// checkpoints")) from exc

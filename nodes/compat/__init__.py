@@ -2,7 +2,8 @@
 
 Nothing else in the project reaches into `langgraph._internal` or calls an
 underscore method of a dependency: when an upgrade moves one of these, this
-file and `tests/test_compat.py` are the only places that change, and that
+package (here, and `savers.py` for the checkpoint savers' internals) and
+`tests/test_compat.py` are the only places that change, and that
 test names what moved. `pyproject.toml` pins `langgraph` to the minor versions
 the tests cover for the same reason (`DeltaChannel` is Beta).
 """
@@ -20,11 +21,6 @@ from langgraph._internal._constants import (
 )
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.serde.types import _DeltaSnapshot as DeltaSnapshot
-from langgraph.checkpoint.sqlite._delta import (
-    DELTA_STAGE1_SQL,
-    build_delta_channels_writes_history,
-    build_delta_stage2_sql,
-)
 
 from memory.lazy import lazy_exports
 
@@ -48,12 +44,9 @@ __getattr__, __dir__ = lazy_exports(
 
 __all__ = [
     "CONFIG_KEY_DURABILITY",
-    "DELTA_STAGE1_SQL",
     "DeltaChannel",
     "DeltaSnapshot",
     "RunnableCallable",
-    "build_delta_channels_writes_history",
-    "build_delta_stage2_sql",
     "chat_model_provider",
     "checkpointer_of",
     "delta_channels_replayed",
