@@ -60,6 +60,13 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+def positive(text: str) -> int:
+    """A count of at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"invalid count {text!r}: a whole number from 1")
+    return int(text)
+
+
 def port(text: str) -> int:
     """A TCP port number, 1–65535."""
     try:
@@ -146,15 +153,17 @@ def parser() -> Parser:
     command("resume", TURN, "finish an interrupted turn").add_argument(
         "session_id", help="the session whose turn to finish"
     )
-    command("history", STORES, "a session's transcript and token totals").add_argument(
-        "session_id", help="the session to show"
+    history = command("history", STORES, "a session's transcript and token totals")
+    history.add_argument("session_id", help="the session to show")
+    history.add_argument(
+        "--last", type=positive, metavar="N", help="only its last N messages (a long session)"
     )
     command("sessions", STORES, "every session: last activity, messages, tokens")
     command("graph", (), "print the loop's graph as a Mermaid diagram")
     prune = command("prune", STORES, "delete old checkpoints; transcripts stay whole")
     prune.add_argument(
         "--keep",
-        type=int,
+        type=positive,
         default=DEFAULT_KEEP,
         help=f"checkpoints kept per session ({DEFAULT_KEEP})",
     )

@@ -30,11 +30,12 @@ def speaker(message: BaseMessage) -> str:
 
 
 def history(args: argparse.Namespace) -> int:
-    """Print a session's transcript, then its token totals when its models reported any."""
+    """Print a session's transcript (or its `--last N` messages), then its token totals when
+    its models reported any."""
     check_id("session", args.session_id)
     with reading(args) as (saver, archive):
         session = read_session(saver, args.session_id)
-        messages = session.transcript(archive) if session else []
+        messages = session.transcript(archive, args.last) if session else []
     if session is None or not messages:
         raise CliError(f"no session {args.session_id!r}", EXIT_NOT_FOUND)
     for message in messages:

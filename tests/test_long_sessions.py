@@ -12,6 +12,7 @@ from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 
 from graph import LoopConfig, Persona, build_graph, open_checkpointer
 from nodes.view.compaction import AUTO_FALLBACK, AUTO_SHARE
+from tests.cli_support import cyrene
 from tests.conftest import make_config, thread
 from tests.scripted import ScriptedChatModel
 
@@ -130,6 +131,23 @@ def test_a_session_written_before_the_archive_opens_migrates_once_and_continues(
     assert [m.id for m in whole[:60]] == [m.id for m in before]
     assert [m.id for m in whole if m.type == "human"] == [f"h{n}" for n in range(32)]
     assert len({m.id for m in whole}) == len(whole) == 64
+
+
+def test_cyrene_history_shows_the_whole_transcript_or_its_last_messages(tmp_path, capsys):
+    model = ScriptedChatModel(script=[echo] * 30)
+    with open_checkpointer(f"sqlite:///{tmp_path}/checkpoints.db") as saver:
+        graph = build_graph(make_config(model, max_context_tokens=300), saver)
+        chat(graph, "long", 30)
+        assert graph.get_state(thread("long")).values["archived"]["messages"] > 10
+    data = ("--data", str(tmp_path))
+    whole = cyrene(capsys, "history", "long", *data).out.splitlines()
+    last = cyrene(capsys, "history", "long", "--last", "5", *data).out.splitlines()
+    assert [line.split()[-1] for line in whole[:2]] == [
+        "第0句：今天过得怎么样？",
+        "收到：第0句：今天过得怎么样？",
+    ]
+    assert len(whole) == 60 and last == whole[-5:], "the archive, then the live window"
+    assert cyrene(capsys, "history", "long", "--last", "0", *data).code == 2
 
 
 def test_compaction_is_on_by_default_and_takes_half_the_models_input_window():

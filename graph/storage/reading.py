@@ -55,9 +55,13 @@ class StoredSession:
         """The session's token totals, when its models reported any."""
         return (self.values.get("token_usage") or {}).get("session")
 
-    def transcript(self, archive: TranscriptArchive | None) -> list[BaseMessage]:
-        """The whole transcript: what `archive` holds of it, then the live window."""
-        return whole_transcript(archive, (self.thread_id, ""), self.values)
+    def transcript(
+        self, archive: TranscriptArchive | None, last: int | None = None
+    ) -> list[BaseMessage]:
+        """The whole transcript (what `archive` holds of it, then the live window), or only
+        its `last` messages: the archive is read from there on, not from the start."""
+        start = 0 if last is None else max(self.message_count - last, 0)
+        return whole_transcript(archive, (self.thread_id, ""), self.values, start)
 
 
 def read_session(saver: BaseCheckpointSaver, thread_id: str) -> StoredSession | None:

@@ -15,7 +15,6 @@ child, which a busy machine moves less.
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import statistics
@@ -30,7 +29,7 @@ from langchain_core.messages import HumanMessage
 
 from graph import SessionEnv, build_graph, open_checkpointer
 from studio.demo import demo_config
-from tests.bench.table import print_rows
+from tests.bench.table import print_bench
 
 Row = tuple[str, str, str, float | str, str]
 REPO = Path(__file__).resolve().parents[2]
@@ -103,10 +102,7 @@ def bench_cli(quick: bool) -> list[Row]:
 
 
 def main(argv: Any = None) -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    print_rows(bench_cli(args.quick))
+    print_bench(bench_cli, argv)
 
 
 if __name__ == "__main__":

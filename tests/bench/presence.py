@@ -23,7 +23,6 @@ untimed).
 
 from __future__ import annotations
 
-import argparse
 import gc
 import random
 import tempfile
@@ -38,7 +37,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from graph import SessionEnv, build_graph, open_checkpointer
 from nodes.policies.presence import quiet_reason
 from studio.demo import demo_config
-from tests.bench.table import print_rows
+from tests.bench.table import print_bench
 from tests.scripted import ScriptedChatModel
 
 Row = tuple[str, str, str, float | str, str]
@@ -195,10 +194,7 @@ def bench_presence(quick: bool) -> list[Row]:
 
 
 def main(argv: Any = None) -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    print_rows(bench_presence(args.quick))
+    print_bench(bench_presence, argv)
 
 
 if __name__ == "__main__":

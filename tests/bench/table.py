@@ -6,10 +6,12 @@ modules it calls share one `ROWS`.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 ROWS: list[tuple[str, str, str, str, str]] = []
 
@@ -26,6 +28,15 @@ def print_rows(rows: Iterable[tuple[str, str, str, float | str, str]]) -> None:
         ratio_text = f"{ratio:.2f}×" if isinstance(ratio, float) else ratio
         print(f"| {name} | {ours} | {peer} | {ratio_text} | {target} |")
         sys.stdout.flush()
+
+
+def print_bench(
+    bench: Callable[[bool], Iterable[tuple[str, str, str, float | str, str]]], argv: Any = None
+) -> None:
+    """A bench module's `main`: `--quick` for a short run, its rows printed as they come."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    print_rows(bench(parser.parse_args(argv).quick))
 
 
 def elapsed_ms(fn: Callable[[], object]) -> float:

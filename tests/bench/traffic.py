@@ -20,7 +20,6 @@ load against `create_agent`, and what `merge` saves on a group burst.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import statistics
@@ -38,7 +37,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 
 from graph import LoopConfig, Persona, SessionEnv, build_graph, open_checkpointer
 from graph.sessions import queued
-from tests.bench.table import print_rows
+from tests.bench.table import print_bench
 
 Row = tuple[str, str, str, float | str, str]
 PERSONAS = {"p": Persona(name="P", instructions="你是P。")}
@@ -298,10 +297,7 @@ def bench_traffic(quick: bool) -> list[Row]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    print_rows(bench_traffic(args.quick))
+    print_bench(bench_traffic)
 
 
 if __name__ == "__main__":
