@@ -10,7 +10,12 @@ file and on Postgres, and `create_agent` on SQLite beside it up to 1,000 turns
 (its checkpoints store the whole transcript every step, so its file grows
 with the square of the session). "Near turn n" is the `WINDOW` turns before n:
 the median turn's wall time and CPU time, and the bytes the database grew by
-over those turns, per turn.
+over those turns, per turn. The turns near turn 100 include the session's
+first ones, before its first compaction moved anything to the archive.
+Paired: once at 10,000 turns, the old session alternates turn for turn with a
+new one in the same database (`pair_ages`), so the two ages are compared under
+the same load; the young session's turns 51-150 against the old one's beside
+them.
 
 Ours on SQLite runs in a process of its own, beside the main process's
 `create_agent` session and then its Postgres session, so two cores halve the
@@ -50,6 +55,7 @@ PEER_STOP = 1_000
 BUDGET = 2_000
 WINDOW = 100
 CHART_WINDOW = 50
+PAIRED = range(51, 151)
 SAMPLE_EVERY = 25
 CHART = Path(__file__).with_name("growth.png")
 REPO = Path(__file__).resolve().parents[2]
@@ -81,6 +87,8 @@ class Record:
     latency_ms: list[float] = field(default_factory=list)
     cpu_ms: list[float] = field(default_factory=list)
     sizes: dict[int, int] = field(default_factory=dict)
+    paired: dict[str, list[float]] = field(default_factory=dict)
+    """`pair_ages`'s samples: CPU ms of the old and the young session's alternating turns."""
 
     def latency_at(self, mark: int) -> float:
         return statistics.median(self.latency_ms[max(mark - WINDOW, 0) : mark])
@@ -102,6 +110,32 @@ class Record:
         return cls(**data, sizes=sizes)
 
 
+def turn(graph: Any, thread: str, n: int) -> tuple[float, float]:
+    """Turn `n` of session `thread`: its wall and CPU milliseconds."""
+    started, cpu = time.perf_counter(), time.process_time()
+    graph.invoke(
+        {"messages": [HumanMessage(f"第{n}句：今天过得怎么样？跟我说说吧。")]},
+        {"configurable": {"thread_id": thread}},
+    )
+    return (time.perf_counter() - started) * 1000, (time.process_time() - cpu) * 1000
+
+
+def pair_ages(record: Record, graph: Any, turns: int) -> None:
+    """The old session against a young one in the same database, turn for turn.
+
+    Turn times measured hours apart on a shared machine differ by more than the
+    session's age makes them differ; alternating one turn of a new session with one
+    of the `turns`-turn session compares the two ages under the same load. The
+    young session's turns `PAIRED` (centred on turn 100) are kept, with the old
+    session's turns beside them.
+    """
+    old, young = [], []
+    for n in range(1, PAIRED.stop):
+        young.append(turn(graph, "young", n)[1])
+        old.append(turn(graph, "growth", turns + n)[1])
+    record.paired = {"old": old[PAIRED.start - 1 :], "young": young[PAIRED.start - 1 :]}
+
+
 def grow(
     record: Record,
     graph: Any,
@@ -112,13 +146,9 @@ def grow(
     """`turns` turns of one session, timed; `at(n)` runs after turn n, untimed."""
     record.sizes[0] = size()
     for n in range(1, turns + 1):
-        started, cpu = time.perf_counter(), time.process_time()
-        graph.invoke(
-            {"messages": [HumanMessage(f"第{n}句：今天过得怎么样？跟我说说吧。")]},
-            {"configurable": {"thread_id": "growth"}},
-        )
-        record.latency_ms.append((time.perf_counter() - started) * 1000)
-        record.cpu_ms.append((time.process_time() - cpu) * 1000)
+        latency, cpu = turn(graph, "growth", n)
+        record.latency_ms.append(latency)
+        record.cpu_ms.append(cpu)
         if n % SAMPLE_EVERY == 0:
             record.sizes[n] = size()
         at(n)
@@ -191,7 +221,9 @@ def grow_ours(folder: Path, turns: int) -> None:
             if n % 1000 == 0:
                 print(f"  growth: ours (SQLite) at {n:,} turns", file=sys.stderr)
 
-        record = grow(Record("ours, SQLite"), ours(saver), lambda: sqlite_bytes(db), turns, at)
+        graph = ours(saver)
+        record = grow(Record("ours, SQLite"), graph, lambda: sqlite_bytes(db), turns, at)
+        pair_ages(record, graph, turns)
     record.save(folder / "ours.json")
 
 
@@ -218,7 +250,10 @@ def grow_postgres(turns: int) -> Record | None:
                 if n % 1000 == 0:
                     print(f"  growth: ours (Postgres) at {n:,} turns", file=sys.stderr)
 
-            return grow(Record("ours, Postgres"), ours(saver), size, turns, at)
+            graph = ours(saver)
+            record = grow(Record("ours, Postgres"), graph, size, turns, at)
+            pair_ages(record, graph, turns)
+            return record
     finally:
         with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
@@ -251,6 +286,13 @@ def growth_rows(
                 "≤ 1.2×",
             ),
             (
+                f"{backend}: turn CPU at turn {turns:,} vs at turn {first}, alternating turns (ms)",
+                f"{statistics.median(record.paired['old']):.1f}",
+                f"{statistics.median(record.paired['young']):.1f}",
+                statistics.median(record.paired["old"]) / statistics.median(record.paired["young"]),
+                "≤ 1.2×",
+            ),
+            (
                 f"{backend}: turn latency near turn {turns:,} vs near turn {first} (ms)",
                 f"{record.latency_at(turns):.1f}",
                 f"{record.latency_at(first):.1f}",
@@ -265,6 +307,16 @@ def growth_rows(
                 "≤ 1.2×",
             ),
         ]
+        if stop < turns:
+            rows.append(
+                (
+                    f"{backend}: bytes written per turn near turn {turns:,} vs near turn {stop:,}",
+                    kb(record.bytes_per_turn_at(turns)),
+                    kb(record.bytes_per_turn_at(stop)),
+                    record.bytes_per_turn_at(turns) / record.bytes_per_turn_at(stop),
+                    "reported (both past the first compaction)",
+                )
+            )
     rows.append(
         (
             f"database bytes, session at {stop:,} turns (SQLite)",
