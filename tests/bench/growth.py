@@ -54,7 +54,6 @@ TURNS, QUICK_TURNS = 10_000, 300
 PEER_STOP = 1_000
 BUDGET = 2_000
 WINDOW = 100
-CHART_WINDOW = 50
 PAIRED = range(51, 151)
 SAMPLE_EVERY = 25
 CHART = Path(__file__).with_name("growth.png")
@@ -203,7 +202,10 @@ def bench_growth(folder: Path, turns: int = TURNS, chart: Path | None = CHART) -
         raise RuntimeError(f"the session of ours failed (exit code {mine.returncode})")
     sqlite_record = Record.load(folder / "ours.json")
     if chart is not None:
-        draw([sqlite_record, *([postgres] if postgres else []), theirs], stop, chart)
+        from tests.bench.growth_chart import draw  # matplotlib only when drawing
+
+        records = [sqlite_record, *([postgres] if postgres else []), theirs]
+        draw(records, stop, chart, BUDGET)
     return growth_rows(sqlite_record, postgres, theirs, turns, stop) + prune_sqlite(
         folder / "ours-copy.db", stop
     )
@@ -360,38 +362,6 @@ def prune_sqlite(db: Path, turns: int) -> list[Row]:
             f"transcript unchanged (checked); prune took {seconds:.1f} s",
         )
     ]
-
-
-def draw(records: Sequence[Record], stop: int, path: Path) -> None:
-    """Two panels: CPU per turn and database size against turns, ours beside `create_agent`."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
-    for session in records:
-        style = "--" if session.label == "create_agent" else "-"
-        turns = range(CHART_WINDOW, len(session.cpu_ms) + 1, 10)
-        smooth = [statistics.median(session.cpu_ms[n - CHART_WINDOW : n]) for n in turns]
-        left.plot(turns, smooth, style, label=session.label)
-        marks = sorted(session.sizes)
-        right.plot(marks, [session.sizes[n] / 1e6 for n in marks], style, label=session.label)
-    for axis in (left, right):
-        axis.axvline(stop, color="grey", linewidth=0.6)
-        axis.set_xlabel("turns in the session")
-        axis.grid(alpha=0.3)
-        axis.legend(loc="upper left")
-    left.set_ylabel(f"CPU per turn, ms (median of {CHART_WINDOW} turns)")
-    left.set_yscale("log")
-    right.set_ylabel("database, MB")
-    fig.suptitle(
-        f"One session, zero-latency model, compaction on (budget {BUDGET:,} tokens): ours on "
-        f"SQLite and Postgres vs create_agent (stopped at {stop:,} turns)"
-    )
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
 
 
 def print_table(rows: Sequence[Row]) -> None:
