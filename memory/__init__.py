@@ -20,10 +20,18 @@ if TYPE_CHECKING:
     from memory.extraction_ledger import ExtractionLedger as ExtractionLedger
     from memory.extractors import LLMExtractor as LLMExtractor
     from memory.extractors import ManualExtractor as ManualExtractor
+    from memory.history import HistoryEntry as HistoryEntry
     from memory.items import MemoryItem as MemoryItem
     from memory.items import Scope as Scope
     from memory.items import Source as Source
+    from memory.operations import Add as Add
+    from memory.operations import Change as Change
+    from memory.operations import Forget as Forget
+    from memory.operations import Recalled as Recalled
+    from memory.operations import Supersede as Supersede
+    from memory.protocols import AppliesChanges as AppliesChanges
     from memory.protocols import Extractor as Extractor
+    from memory.protocols import ExtractsOperations as ExtractsOperations
     from memory.protocols import MemoryBackend as MemoryBackend
     from memory.protocols import ProvidesExtractionLedger as ProvidesExtractionLedger
     from memory.protocols import PrunesExtractions as PrunesExtractions
@@ -36,6 +44,14 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "Decay": "memory.ranking",
+        "AppliesChanges": "memory.protocols",
+        "ExtractsOperations": "memory.protocols",
+        "HistoryEntry": "memory.history",
+        "Supersede": "memory.operations",
+        "Recalled": "memory.operations",
+        "Forget": "memory.operations",
+        "Change": "memory.operations",
+        "Add": "memory.operations",
         "ExtractionLedger": "memory.extraction_ledger",
         "Extractor": "memory.protocols",
         "Fusion": "memory.ranking",
@@ -60,11 +76,17 @@ __getattr__, __dir__ = lazy_exports(
     },
 )
 __all__ = [
+    "Add",
+    "AppliesChanges",
+    "Change",
     "Decay",
     "ExtractionLedger",
     "Extractor",
+    "ExtractsOperations",
+    "Forget",
     "Fusion",
     "HashingEmbedding",
+    "HistoryEntry",
     "LLMExtractor",
     "ManualExtractor",
     "MemoryBackend",
@@ -75,11 +97,13 @@ __all__ = [
     "MultilingualEmbedding",
     "ProvidesExtractionLedger",
     "PrunesExtractions",
+    "Recalled",
     "Scope",
     "SearchResult",
     "Source",
     "StoreInUseError",
     "StoreLayoutError",
+    "Supersede",
     "format_memory_block",
     "wait_for_extractions",
 ]

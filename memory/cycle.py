@@ -1,6 +1,14 @@
 """One writer cycle's steps (`memory.pipeline`), each a plain function over jobs.
 
-    decide (read the ledger) ─▶ store_items ─▶ claim (compare-and-swap) ─▶ mark (done, lost)
+    decide (read the ledger and plans) ─▶ store_items (record plans, apply) ─▶ claim
+    (compare-and-swap) ─▶ mark (done, lost)
+
+A job's changes (`memory.operations.Change`) are recorded as its plan in the
+ledger before any is applied (`memory.plans`), and a job that finds a plan
+there applies it instead of running its extractor: a replay after a crash
+re-applies the same supersedes and forgets, which the store applies
+idempotently, instead of asking the model about handles that now name other
+memories.
 
 What can go wrong, and what it costs a job:
 - its extractor raises or overruns: a failed attempt, retried after a short
@@ -34,6 +42,8 @@ from typing import TypeVar
 
 from memory.extraction_ledger import Record, claimable, same_claim, this_owner
 from memory.jobs import TURNS, ExtractionJob
+from memory.operations import apply_changes
+from memory.plans import decode, encode, plan_book
 from memory.protocols import PrunesExtractions
 
 log = logging.getLogger("cyrene.memory")
@@ -50,6 +60,7 @@ LEASE_RECHECK = 5.0
 T = TypeVar("T")
 K = TypeVar("K")
 _UNPRUNED: set[type] = set()
+_UNPLANNED: set[type] = set()
 
 
 @dataclass
@@ -89,7 +100,7 @@ def sort_job(plan: Plan, job: ExtractionJob, record: Record | None, wall: float)
     """Put a job where its ledger record sends it (see `Plan`)."""
     if record is not None and record.state != "running":
         plan.skipped.append(job)
-    elif job.items is not None and job.claim is not None and same_claim(record, job.claim):
+    elif job.changes is not None and job.claim is not None and same_claim(record, job.claim):
         plan.stores.append(job)
     elif not claimable(record, wall):
         assert record is not None
@@ -108,7 +119,7 @@ def prune_earlier_runs(jobs: list[ExtractionJob]) -> None:
     this run did not write again (a model may find fewer items the second time)."""
     store = jobs[0].store
     if isinstance(store, PrunesExtractions):
-        store.prune_extractions({j.key: {str(i.id) for i in j.items or []} for j in jobs})
+        store.prune_extractions({j.key: written_ids(j) for j in jobs})
     elif type(store) not in _UNPRUNED:
         _UNPRUNED.add(type(store))
         log.warning(
@@ -116,6 +127,50 @@ def prune_earlier_runs(jobs: list[ExtractionJob]) -> None:
             "crash may leave items of its earlier run beside the new ones",
             type(store).__name__,
         )
+
+
+def written_ids(job: ExtractionJob) -> set[str]:
+    """The ids of the memories a job's changes write."""
+    return {str(c.item.id) for c in job.changes or [] if c.item is not None}
+
+
+def adopt_plans(jobs: list[ExtractionJob]) -> None:
+    """Give jobs that have no changes yet the plan their ledger recorded, if any: a replay
+    applies it (even when its turn is gone from the transcript) and extracts nothing."""
+    book = plan_book(jobs[0].ledger)
+    if book is None:
+        return
+    plans = book.read([j.key for j in jobs if j.changes is None])
+    for job in jobs:
+        if job.key in plans:
+            job.changes, job.planned, job.abandon = decode(plans[job.key]), True, ""
+
+
+def record_plans(jobs: list[ExtractionJob], deadline: float) -> set[ExtractionJob]:
+    """Record each unplanned job's changes as its plan, adopting a plan recorded first;
+    the jobs whose ledger could not be written."""
+    broken: set[ExtractionJob] = set()
+    for same in group([j for j in jobs if not j.planned], lambda j: j.ledger).values():
+        book = plan_book(same[0].ledger)
+        if book is None:
+            if type(same[0].ledger) not in _UNPLANNED:
+                _UNPLANNED.add(type(same[0].ledger))
+                log.warning(
+                    "extraction ledger %s keeps no plans(): a replay after a crash asks the "
+                    "extractor again instead of re-applying what it decided",
+                    type(same[0].ledger).__name__,
+                )
+            continue
+        give_way(deadline)
+        try:
+            kept = book.record({j.key: encode(j.changes or []) for j in same})
+        except Exception as exc:
+            setback("recording extraction plans", exc, same)
+            broken.update(same)
+            continue
+        for job in same:
+            job.changes, job.planned = decode(kept[job.key]), True
+    return broken
 
 
 def setback(what: str, exc: BaseException, jobs: list[ExtractionJob]) -> None:
@@ -135,6 +190,7 @@ def decide(fresh: list[ExtractionJob], deadline: float) -> Plan:
         give_way(deadline)
         try:
             records = jobs[0].ledger.read([j.key for j in jobs])
+            adopt_plans(jobs)
         except Exception as exc:
             setback("reading the extraction ledger", exc, jobs)
             plan.unreadable += jobs
@@ -148,17 +204,17 @@ def decide(fresh: list[ExtractionJob], deadline: float) -> Plan:
 def store_items(
     jobs: list[ExtractionJob], deadline: float
 ) -> tuple[list[ExtractionJob], list[ExtractionJob]]:
-    """Write the jobs' items in chunks, then clear what earlier runs of re-run jobs left;
-    (jobs fully stored, jobs whose store could not be written)."""
-    pairs = [(job, item) for job in jobs for item in job.items or []]
-    broken: set[ExtractionJob] = set()
+    """Record the jobs' plans, apply their changes in chunks, then clear what earlier runs
+    of re-run jobs left; (jobs fully applied, jobs whose store or ledger could not be written)."""
+    broken = record_plans(jobs, deadline)
+    pairs = [(job, change) for job in jobs if job not in broken for change in job.changes or []]
     start = 0
     while start < len(pairs):
         chunk = pairs[start : start + (QUIET_CHUNK if give_way(deadline) else BUSY_CHUNK)]
         start += len(chunk)
         for same in group(chunk, lambda pair: id(pair[0].store)).values():
             try:
-                same[0][0].store.add_many([item for _, item in same])
+                apply_changes(same[0][0].store, [change for _, change in same])
             except Exception as exc:
                 setback("a background memory write", exc, [job for job, _ in same])
                 broken.update(job for job, _ in same)

@@ -115,10 +115,20 @@ class SqliteExtractionLedger:
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("pragma journal_mode=wal")
         self._db.execute("pragma synchronous=normal")  # WAL: a process crash loses nothing
+        self._db.execute("pragma secure_delete=on")  # a dropped plan's memory text is zeroed
         self._db.execute(
             "create table if not exists extractions (key text primary key, state text not null,"
             " attempts integer not null, owner text not null, until real not null)"
         )
+        self._db.execute(
+            "create table if not exists plans (key text primary key, plan text not null)"
+        )
+
+    def plans(self) -> Any:
+        """Its jobs' plans, in the same file (`memory.plans`)."""
+        from memory.plans import SqlitePlans
+
+        return SqlitePlans(self._db, self._lock, self._transaction)
 
     def read(self, keys: list[str]) -> dict[str, Record]:
         with self._lock:
@@ -134,6 +144,7 @@ class SqliteExtractionLedger:
     def write(self, records: Mapping[str, Record]) -> None:
         with self._lock, self._transaction():
             self._put(records)
+            self._db.executemany("delete from plans where key = ?", [(k,) for k in records])
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -242,6 +253,13 @@ class ChromaExtractionLedger:
             embeddings=[_POINT] * len(records),
             metadatas=[_metadata(key, r) for key, r in records.items()],
         )
+        self._records().delete(ids=[f"{key}/plan" for key in records])  # memory text goes
+
+    def plans(self) -> Any:
+        """Its jobs' plans, in the same collection (`memory.plans`)."""
+        from memory.plans import ChromaPlans
+
+        return ChromaPlans(self._records)
 
 
 def _metadata(key: str, record: Record) -> dict[str, Any]:
@@ -267,8 +285,15 @@ class ProcessExtractionLedger:
     """For a memory backend that provides no ledger: this process only, gone on exit."""
 
     def __init__(self) -> None:
+        from memory.plans import ProcessPlans
+
         self._records: dict[str, Record] = {}
         self._lock = threading.Lock()
+        self._plans = ProcessPlans()
+
+    def plans(self) -> Any:
+        """Its jobs' plans, in this process too (`memory.plans`)."""
+        return self._plans
 
     def read(self, keys: list[str]) -> dict[str, Record]:
         with self._lock:
@@ -283,6 +308,7 @@ class ProcessExtractionLedger:
     def write(self, records: Mapping[str, Record]) -> None:
         with self._lock:
             self._records.update(records)
+        self._plans.drop(list(records))
 
 
 _LEDGERS: weakref.WeakKeyDictionary[Any, ExtractionLedger] = weakref.WeakKeyDictionary()

@@ -7,10 +7,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memory.extraction_ledger import ExtractionLedger, Record, extraction_ledger_for
-from memory.items import MemoryItem, Source
+from memory.items import Source
+
+if TYPE_CHECKING:
+    from memory.operations import Change
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -61,7 +64,8 @@ class ExtractionJob:
     """One turn's background extraction (identity is the object; `key` names the turn)."""
 
     key: str
-    extract: Callable[[], Iterable[MemoryItem]]
+    extract: Callable[[], Iterable[Any]]
+    """Its changes (`memory.operations.plan_extraction`), or plain items / operations to resolve."""
     persona_id: str | None
     source: Source
     store: Any
@@ -73,8 +77,10 @@ class ExtractionJob:
     """Claims so far, this one included (from the ledger, so earlier lives count)."""
     claim: Record | None = None
     """This process's claim on the job, as written to the ledger."""
-    items: list[MemoryItem] | None = None
-    """Stamped memories, once extracted (kept until they are stored and marked done)."""
+    changes: list[Change] | None = None
+    """Its resolved changes, once extracted (kept until they are applied and marked done)."""
+    planned: bool = False
+    """Whether `changes` are the plan recorded in the ledger (a replay applies that plan)."""
     setbacks: int = 0
     """Store or ledger calls for this job that failed (the backoff grows with them)."""
     not_before: float = 0.0
@@ -119,9 +125,9 @@ TURNS = TurnActivity()
 
 
 def run_with_deadline(
-    extract: Callable[[], Iterable[MemoryItem]], timeout: float
-) -> list[MemoryItem] | BaseException | None:
-    """The extractor's items, its exception, or None when it overran.
+    extract: Callable[[], Iterable[Any]], timeout: float
+) -> list[Any] | BaseException | None:
+    """The extractor's output, its exception, or None when it overran.
 
     It runs on a daemon thread of its own, so a hung model call cannot hold
     a pool worker past the deadline; its late result is simply dropped.

@@ -1,6 +1,6 @@
 """The process-wide extraction pipeline: one queue, an extractor pool, one writer thread.
 
-    submit ─▶ claim (ledger swap) ─▶ extract (pool, deadline) ─▶ store items ─▶ mark done (ledger)
+    submit ─▶ claim (ledger swap) ─▶ extract (pool, deadline) ─▶ record plan, apply ─▶ mark done
 
 The writer works in cycles. A cycle takes everything that waited: it reads the
 ledger for the jobs that came in, writes the extracted items, then claims in
@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from memory.cycle import MAX_ATTEMPTS, MAX_BACKOFF, RETRY_DELAYS, claim, decide, mark, store_items
 from memory.jobs import ExtractionJob, run_with_deadline
-from memory.policy import stamp
+from memory.operations import planned
 
 log = logging.getLogger("cyrene.memory")
 
@@ -150,7 +150,7 @@ class Pipeline:
         for job in stored:
             if job in marked:
                 job.count("succeeded")
-                job.count("stored", len(job.items or []))
+                job.count("stored", len(job.changes or []))
                 self.settle(job.key)
         for job in plan.lost:
             if job in marked:
@@ -166,7 +166,7 @@ class Pipeline:
         for job in beaten:
             self._requeue(job, now)  # claimed elsewhere first: see by whom next cycle
         for job in claimed:
-            if job.items is None:
+            if job.changes is None:
                 assert self._pool is not None
                 self._pool.submit(self._attempt, job)
             else:  # extracted under an earlier claim that lapsed: store, do not extract again
@@ -178,8 +178,8 @@ class Pipeline:
         if isinstance(outcome, list):
             source = job.source.model_copy(update={"extraction": job.key})
             try:
-                job.items = stamp(outcome, persona_id=job.persona_id, source=source)
-            except Exception as exc:  # the extractor returned something that is no memory
+                job.changes = planned(outcome, persona_id=job.persona_id, source=source)
+            except Exception as exc:  # the extractor returned something that is no operation
                 outcome = exc
             else:
                 self._make_ready(job)

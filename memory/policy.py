@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 
 from memory.items import MemoryItem, Scope, Source, bucket_name, extraction_item_id
 
@@ -11,9 +10,9 @@ log = logging.getLogger("cyrene.memory")
 
 
 def stamp(
-    items: Iterable[MemoryItem], *, persona_id: str | None, source: Source
-) -> list[MemoryItem]:
-    """Re-issue extracted items under the turn's persona and provenance.
+    item: MemoryItem, position: int, *, persona_id: str | None, source: Source
+) -> MemoryItem | None:
+    """Re-issue an extracted item, the `position`-th the turn writes, as the turn's.
 
     Extractors deliberately do not know the persona (seed `persistMemories`),
     so a persona-scope item usually arrives without one. Whatever the
@@ -26,25 +25,16 @@ def stamp(
     these records. A persona-scope item from a turn with no persona is dropped
     (it has no owner).
     """
-    stamped: list[MemoryItem] = []
-    for item in items:
-        if item.scope is Scope.PERSONA and not persona_id:
-            log.info("dropping persona-scope memory from a persona-less turn")
-            continue
-        owner = persona_id if item.scope is Scope.PERSONA else None
-        stamped.append(
-            MemoryItem(
-                id=extraction_item_id(
-                    source.extraction, len(stamped), bucket_name(item.scope, owner)
-                )
-                if source.extraction
-                else None,
-                content=item.content,
-                kind=item.kind,
-                scope=item.scope,
-                persona_id=owner,
-                source=source,
-                created_at=item.created_at,
-            )
-        )
-    return stamped
+    if item.scope is Scope.PERSONA and not persona_id:
+        log.info("dropping persona-scope memory from a persona-less turn")
+        return None
+    owner = persona_id if item.scope is Scope.PERSONA else None
+    bucket = bucket_name(item.scope, owner)
+    stamped = {
+        "id": extraction_item_id(source.extraction, position, bucket)
+        if source.extraction
+        else None,
+        "persona_id": owner,
+        "source": source,
+    }
+    return MemoryItem.model_validate({**dict(item), **stamped})

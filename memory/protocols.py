@@ -1,7 +1,7 @@
 """The memory plug-in points as `Protocol`s: bring your own, no base class needed.
 
 `MemoryStore` is one `MemoryBackend` (and `ProvidesExtractionLedger`);
-`ManualExtractor` and `LLMExtractor` are `Extractor`s. Both protocols are runtime-checkable, so a config can refuse an
+`ManualExtractor` and `LLMExtractor` are `Extractor`s that also `ExtractsOperations`. Both protocols are runtime-checkable, so a config can refuse an
 object that lacks the members (isinstance checks presence, not signatures;
 the type checker checks those).
 """
@@ -9,13 +9,16 @@ the type checker checks those).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence, Set
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from langchain_core.messages import BaseMessage
 
 from memory.extraction_ledger import ExtractionLedger
 from memory.items import MemoryItem
 from memory.ranking import SearchResult
+
+if TYPE_CHECKING:
+    from memory.operations import Change, Operation, Recalled
 
 
 @runtime_checkable
@@ -86,4 +89,37 @@ class Extractor(Protocol):
 
     def extract(self, messages: Sequence[BaseMessage]) -> Iterable[MemoryItem]:
         """Candidate memories from the conversation (the turn's messages, oldest first)."""
+        ...
+
+
+@runtime_checkable
+class ExtractsOperations(Protocol):
+    """The optional part of an `Extractor` that may change what is already remembered.
+
+    The loop shows it the readable memories most similar to the conversation
+    (the turn's reader's scopes only, at most `memory.operations.RECALL_LIMIT`),
+    numbered 1..N; it answers with operations on those handles
+    (`memory.operations`): add, supersede N, forget N, or none. An extractor
+    without this method is asked `extract(messages)` and its items are added.
+    """
+
+    def extract_operations(
+        self, messages: Sequence[BaseMessage], memories: Sequence[Recalled]
+    ) -> Iterable[Operation | MemoryItem]:
+        """Operations for this conversation; a plain `MemoryItem` means add it."""
+        ...
+
+
+@runtime_checkable
+class AppliesChanges(Protocol):
+    """The optional part of a `MemoryBackend` that supersedes and forgets, not only adds.
+
+    `apply` must be idempotent: a background extraction cut off by a crash
+    applies its recorded plan again, which must not supersede twice nor bring
+    back a forgotten memory. A backend without it gets the changes' new facts
+    through `add_many` (logged once per backend type).
+    """
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        """Apply resolved changes (`memory.operations.Change`), in order."""
         ...

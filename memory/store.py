@@ -30,6 +30,7 @@ from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
 from memory.embedding import MultilingualEmbedding
+from memory.erasure import Eraser, Gate
 from memory.errors import MemoryStoreError, MemoryWriteError
 from memory.extraction_ledger import (
     LEDGER_FILE,
@@ -37,8 +38,11 @@ from memory.extraction_ledger import (
     ExtractionLedger,
     SqliteExtractionLedger,
 )
+from memory.history import History
 from memory.items import MemoryItem, Scope, bucket_name, require_owner
 from memory.layout import bucket_metadata, check_owner, collection_name, migrate, ours
+from memory.lifecycle import Lifecycle
+from memory.perspective import query_vector
 from memory.ranking import Decay, Fusion, SearchResult, rank
 from memory.records import item_key, may_read, prune, records, upsert_each
 from memory.reembed import Progress, reembed_store
@@ -57,8 +61,8 @@ def _settings() -> Settings:
     return Settings(anonymized_telemetry=False)
 
 
-class MemoryStore(AbstractContextManager["MemoryStore"]):
-    """Scoped memories with relevance × decay search.
+class MemoryStore(Lifecycle, AbstractContextManager["MemoryStore"]):
+    """Scoped memories with relevance × decay search, that supersede and forget (`memory.lifecycle`).
 
     Opening a store written with another embedding re-embeds it in place first
     (`memory.reembed`), reporting to `progress(collection, done, total)`.
@@ -89,6 +93,11 @@ class MemoryStore(AbstractContextManager["MemoryStore"]):
         self._lock = lock
         self._closed = False
         self._collections: dict[str, Collection] = {}
+        self._history = History(client)
+        self._gate = Gate()
+        settings = client.get_settings()
+        persistent = settings.is_persistent and settings.persist_directory
+        self._eraser = Eraser(Path(settings.persist_directory)) if persistent else None
         # A search reads at most three buckets: the persona's, user and project.
         self._bucket_pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="cyrene-memory")
         # Re-embed before the layout migration, which copies stored vectors as they are.
@@ -174,6 +183,8 @@ class MemoryStore(AbstractContextManager["MemoryStore"]):
         close = getattr(self.client, "close", None)  # Chroma clients gained close() in 1.x
         if callable(close):
             close()  # the last client of an embedded path stops Chroma's system for it
+        if self._eraser is not None:  # after Chroma: see memory.erasure on file locks
+            self._eraser.close()
         if self._lock is not None:
             self._lock.release()
 
@@ -294,11 +305,12 @@ class MemoryStore(AbstractContextManager["MemoryStore"]):
         for item in unique.values():
             by_bucket.setdefault(item.bucket, []).append(item)
         failed: builtins.list[tuple[MemoryItem, BaseException]] = []
-        for bucket, group in by_bucket.items():
-            collection = self._collection(bucket, create=True)
-            assert collection is not None  # create=True always yields one
-            for start in range(0, len(group), _BATCH):
-                failed += upsert_each(collection, group[start : start + _BATCH])
+        with self._gate.shared():
+            for bucket, group in by_bucket.items():
+                collection = self._collection(bucket, create=True)
+                assert collection is not None  # create=True always yields one
+                for start in range(0, len(group), _BATCH):
+                    failed += upsert_each(collection, group[start : start + _BATCH])
         if failed:
             self.failed_writes += len(failed)
             for item, exc in failed:
@@ -318,20 +330,6 @@ class MemoryStore(AbstractContextManager["MemoryStore"]):
             How many memories were deleted.
         """
         return sum(prune(collection, written) for collection in self._stored())
-
-    def forget(self, item_id: str) -> bool:
-        """Delete a memory by id.
-
-        Args:
-            item_id: the memory's id.
-
-        Returns:
-            True when it existed.
-        """
-        found = self._find(item_id)
-        if found is not None:
-            found[0].delete(ids=[item_id])
-        return found is not None
 
     # -- reads -------------------------------------------------------------
     def get(self, item_id: str) -> MemoryItem | None:
@@ -363,8 +361,9 @@ class MemoryStore(AbstractContextManager["MemoryStore"]):
         """
         scope = Scope(scope) if scope is not None else None
         items: builtins.list[MemoryItem] = []
-        for collection in self._stored():
-            items.extend(records(collection.get(include=["documents", "metadatas"])))
+        with self._gate.shared():
+            for collection in self._stored():
+                items.extend(records(collection.get(include=["documents", "metadatas"])))
         items = [
             i
             for i in items
@@ -396,7 +395,9 @@ class MemoryStore(AbstractContextManager["MemoryStore"]):
         if not query.strip() or k <= 0:
             return []
         reader = clean_text(persona_id) if persona_id else None
-        embedding = self.embedding_function.embed_query([clean_text(query)])
+        embedding = [
+            query_vector(self.embedding_function.embed_query, clean_text(query), not restricted)
+        ]
         buckets = self.readable_buckets(reader, restricted)
         collections = [c for b in buckets if (c := self._collection(b, create=False)) is not None]
 
@@ -412,7 +413,9 @@ class MemoryStore(AbstractContextManager["MemoryStore"]):
 
         # Chroma releases the GIL while it searches, so the buckets are queried
         # side by side: at 100k items a search went from 12.7 to 8.4 ms (median).
-        candidates = [hit for hits in self._bucket_pool.map(nearest, collections) for hit in hits]
+        with self._gate.shared():
+            hits = builtins.list(self._bucket_pool.map(nearest, collections))
+        candidates = [hit for found in hits for hit in found]
         readable = [hit for hit in candidates if may_read(hit[0], reader, restricted)]
         relevances = self.fusion.relevances(
             query, [item.content for item, _ in readable], [distance for _, distance in readable]

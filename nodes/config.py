@@ -141,7 +141,8 @@ class LoopConfig(BaseModel):
     )
     extractor: Extractor | None = Field(
         default=None,
-        description="`.extract(messages) -> list[MemoryItem]`, `.background`",
+        description="`.extract(messages) -> list[MemoryItem]`, `.background`; optionally "
+        "`.extract_operations(messages, memories)` (supersede, forget)",
     )
     timezone: str | None = Field(
         default=None,

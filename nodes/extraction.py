@@ -28,8 +28,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from memory.background import ExtractionJob
-from memory.items import MemoryItem, Source
-from memory.policy import stamp
+from memory.items import Source
+from memory.operations import apply_changes, plan_extraction
 from memory.transcript import last_human
 from nodes.env import SessionEnv, env_of
 from nodes.loop import Loop
@@ -79,14 +79,24 @@ def snapshot_until(messages: Sequence[BaseMessage], boundary: str) -> list[BaseM
 
 def job_for(loop: Loop, entry: PendingExtraction, snapshot: Sequence[BaseMessage]) -> ExtractionJob:
     """The background job that runs `entry` on `snapshot` (the config has an extractor)."""
-    extractor = loop.config.extractor
-    assert extractor is not None
+    extractor, store = loop.config.extractor, loop.config.memory
+    assert extractor is not None and store is not None
+    source = Source(
+        session_id=entry["session_id"], message_id=entry["message_id"], extraction=entry["key"]
+    )
     return ExtractionJob(
         key=entry["key"],
-        extract=partial(extractor.extract, snapshot),
+        extract=partial(
+            plan_extraction,
+            extractor,
+            snapshot,
+            store,
+            persona_id=entry["persona_id"],
+            source=source,
+        ),
         persona_id=entry["persona_id"],
-        source=Source(session_id=entry["session_id"], message_id=entry["message_id"]),
-        store=loop.config.memory,
+        source=source,
+        store=store,
     )
 
 
@@ -138,8 +148,8 @@ def extract_turn(
         loop.jobs.submit(job_for(loop, entry, snapshot))
         return [entry]
     try:
-        items: list[MemoryItem] = list(extractor.extract(snapshot))
-        store.add_many(stamp(items, persona_id=persona_id, source=source))
+        changes = plan_extraction(extractor, snapshot, store, persona_id=persona_id, source=source)
+        apply_changes(store, changes)
     except Exception:
         log.exception("memory extraction failed; the turn goes on")
     return []

@@ -1,4 +1,4 @@
-"""`cyrene memory add|search|list|forget|import|export|reindex` over the data folder's store.
+"""`cyrene memory add|search|list|history|forget|import|export|reindex` over the data folder's store.
 
 The parser half imports only argparse (`cyrene --help` builds it); the
 commands load the store when they run.
@@ -64,7 +64,14 @@ def add_memory_parser(
     )
     search.add_argument("-k", type=int, default=8, help="how many (8)")
     action("list", "every memory: id, bucket, kind, content")
-    action("forget", "delete one memory").add_argument("id", help="its id (from list)")
+    action(
+        "history",
+        "a memory's chain: what it replaced, and what replaced it or when it was forgotten",
+    ).add_argument("id", help="its id (from list), or a superseded one's")
+    action(
+        "forget",
+        "forget one memory and the memories it replaced (their text leaves the store)",
+    ).add_argument("id", help="its id (from list)")
     imports = action("import", "import memories from a JSON-lines file", IMPORT_FORMAT)
     imports.add_argument("file", type=Path, help="the .jsonl file")
     action("export", "every memory as JSON lines (the import format)")
@@ -123,6 +130,21 @@ def _list(store: MemoryStore, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _history(store: MemoryStore, args: argparse.Namespace) -> int:
+    import time
+
+    chain = store.history(args.id)
+    if not chain:
+        print(f"cyrene: no memory with id {args.id!r}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    for entry in chain:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.at)) if entry.at else ""
+        what = f"[{visible(entry.item.kind)}] {visible(entry.item.content)}" if entry.item else ""
+        by = f" → {entry.superseded_by}" if entry.superseded_by else ""
+        print(f"{entry.item_id}  {entry.state:<10} {when:<16} {what}{by}".rstrip())
+    return EXIT_OK
+
+
 def _export(store: MemoryStore, args: argparse.Namespace) -> int:
     for item in store.list():
         print(item.model_dump_json())  # JSON escapes every control character itself
@@ -166,6 +188,7 @@ _ACTIONS: dict[str, Callable[[MemoryStore, argparse.Namespace], int]] = {
     "add": _add,
     "search": _search,
     "list": _list,
+    "history": _history,
     "export": _export,
     "forget": _forget,
     "import": _import,

@@ -10,11 +10,13 @@ session alone, so a shared Postgres database does not mix tests). Modes:
 - `turn`: one turn on session "s" ("记住 我喜欢乌龙茶", id u1); prints `replied`
   once `invoke` has returned, then waits for the extraction (or the SIGKILL);
 - `next`: the session's next turn ("今天天气不错", id u2), then drains;
+- `forget`: the session's next turn ("忘掉乌龙茶", id u3), then drains;
 - `recover` / `arecover`: `resume_extractions` (sync / async saver) at start, then drains.
 
 Every mode ends by printing `memories <json list>` and `stats <json>`.
 EXTRACT_SECONDS makes the extractor sleep before answering; EXTRACT_FAIL=1
-makes it raise.
+makes it raise; APPLY_SECONDS makes the store log `apply` to `calls.log` and
+sleep before it applies an extraction's changes (its plan is recorded by then).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from graph import (
 )
 from memory import MemoryItem, MemoryStore, Scope
 from memory.background import extraction_stats
+from memory.operations import Change, Forget, Recalled
 from memory.transcript import last_human, message_text
 from tests.scripted import ScriptedChatModel
 
@@ -49,11 +52,20 @@ THREAD = os.environ.get("THREAD", "s")
 TURNS = {
     "turn": HumanMessage("记住 我喜欢乌龙茶", id="u1"),
     "next": HumanMessage("今天天气不错", id="u2"),
+    "forget": HumanMessage("忘掉乌龙茶", id="u3"),
 }
 
 
+def log_line(calls: Path, line: str) -> None:
+    with calls.open("a") as out:
+        out.write(f"{line}\n")
+        out.flush()
+        os.fsync(out.fileno())
+
+
 class CountingExtractor:
-    """Logs each call to a file, sleeps, then remembers what follows "记住"."""
+    """Logs each call to a file, sleeps, then remembers what follows "记住" or forgets the
+    closest memory shown for "忘掉"."""
 
     background = True
 
@@ -61,18 +73,33 @@ class CountingExtractor:
         self.calls = calls
 
     def extract(self, messages: Sequence[BaseMessage]) -> list[MemoryItem]:
+        return [op for op in self.extract_operations(messages, []) if isinstance(op, MemoryItem)]
+
+    def extract_operations(
+        self, messages: Sequence[BaseMessage], memories: Sequence[Recalled]
+    ) -> list[MemoryItem | Forget]:
         human = last_human(messages)
         text = message_text(human) if human else ""
-        with self.calls.open("a") as out:
-            out.write(f"call {text}\n")
-            out.flush()
-            os.fsync(out.fileno())
+        log_line(self.calls, f"call {text}")
         time.sleep(float(os.environ.get("EXTRACT_SECONDS", "0")))
         if os.environ.get("EXTRACT_FAIL") == "1":
             raise RuntimeError("extractor down")
+        if text.startswith("忘掉"):
+            return [Forget(memories[0].handle)] if memories else []
         if not text.startswith("记住 "):
             return []
         return [MemoryItem(content=text.removeprefix("记住 "), kind="like", scope=Scope.USER)]
+
+
+class SlowStore(MemoryStore):
+    """Logs `apply` and sleeps APPLY_SECONDS before applying changes (a crash lands there)."""
+
+    calls: Path
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        log_line(self.calls, "apply")
+        time.sleep(float(os.environ.get("APPLY_SECONDS", "0")))
+        super().apply(changes)
 
 
 def report(store: MemoryStore) -> None:
@@ -82,7 +109,8 @@ def report(store: MemoryStore) -> None:
 
 def main() -> None:
     data, mode = Path(sys.argv[1]), sys.argv[2]
-    store = MemoryStore.open(data / "memory")
+    store = SlowStore.open(data / "memory")
+    store.calls = data / "calls.log"
     config = LoopConfig(
         model=ScriptedChatModel(script=[AIMessage("好的")] * 3),
         personas={"xilian": Persona(name="昔涟")},

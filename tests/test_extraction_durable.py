@@ -47,9 +47,14 @@ def finish(data: Path, mode: str, **env: str) -> dict:
     }
 
 
-def calls(data: Path) -> list[str]:
+def logged(data: Path) -> list[str]:
     log = data / "calls.log"
     return log.read_text().splitlines() if log.exists() else []
+
+
+def calls(data: Path) -> list[str]:
+    """The extractor's calls (the store's `apply` lines aside)."""
+    return [line for line in logged(data) if line.startswith("call ")]
 
 
 def kill_mid_extraction(data: Path, **env: str) -> None:
@@ -126,3 +131,26 @@ def test_a_failing_extraction_stops_after_three_attempts_and_counts_the_loss(tmp
     assert "resubmitted 0" in after["output"], "a lost extraction is not retried after restart"
     assert len(calls(tmp_path)) == 3
     assert first["memories"] == after["memories"] == []
+
+
+@pytest.mark.slow
+def test_a_forget_cut_off_by_a_crash_is_replayed_from_its_plan_and_stays_forgotten(tmp_path):
+    """The owner says "忘掉乌龙茶"; the extraction has decided (its plan is in the ledger) and
+    the store is about to apply it when the process is killed. The restart applies the
+    recorded plan without asking the extractor again, and nothing brings the memory back."""
+    assert finish(tmp_path, "turn")["memories"] == ["我喜欢乌龙茶"]
+    proc = worker(tmp_path, "forget", APPLY_SECONDS="60")
+    try:
+        deadline = time.monotonic() + 60
+        while logged(tmp_path).count("apply") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert logged(tmp_path).count("apply") == 2, "the forget is being applied"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    after = finish(tmp_path, "recover")
+    assert "resubmitted 1" in after["output"]
+    assert after["memories"] == [], after["output"]
+    assert calls(tmp_path) == [f"call {REMEMBERED}", "call 忘掉乌龙茶"], "replayed, not re-asked"
+    again = finish(tmp_path, "recover")
+    assert "resubmitted 0" in again["output"] and again["memories"] == []

@@ -436,11 +436,16 @@ def test_background_timeout_and_failure_are_counted_not_raised(store, caplog):
 def test_llm_extractor_uses_structured_output_and_skips_duplicates(store):
     candidates = tool_calls(
         call(
-            "Candidates",
+            "MemoryOperations",
             "x1",
-            items=[
-                {"content": "主人喜欢喝乌龙茶", "kind": "habit", "scope": "user"},
-                {"content": "主人下周要去杭州出差", "kind": "plan", "scope": "persona"},
+            operations=[
+                {"op": "add", "content": "主人喜欢喝乌龙茶", "kind": "habit", "scope": "user"},
+                {
+                    "op": "add",
+                    "content": "主人下周要去杭州出差",
+                    "kind": "plan",
+                    "scope": "persona",
+                },
             ],
         )
     )
@@ -457,7 +462,7 @@ def test_llm_extractor_uses_structured_output_and_skips_duplicates(store):
     assert wait_for_extractions(timeout=10)
     prompt = model.requests[0].messages[1].content
     assert "human: 下周我要去杭州出差" in prompt and "ai(aglaea): 好呀" in prompt
-    assert model.requests[0].tool_names == ["Candidates"]
+    assert model.requests[0].tool_names == ["MemoryOperations"]
     contents = [i.content for i in store.list()]
     assert contents.count("主人喜欢喝乌龙茶") == 1, "a near-duplicate is skipped"
     [trip] = store.list(scope="persona", persona_id="aglaea")

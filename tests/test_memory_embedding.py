@@ -69,10 +69,16 @@ def test_default_finds_paraphrased_facts_among_notes_in_both_languages(tmp_path)
         )
         for lang in ("zh", "en"):
             facts = [f for f in data.facts if f["lang"] == lang]
-            recall_1, recall_5, _ = scores(
+            recall_1, recall_5, mrr = scores(
                 ranks(store, ((f["question"], f["text"]) for f in facts))
             )
-            assert recall_5 >= 0.8 and recall_1 >= 0.4, (lang, recall_1, recall_5)
+            assert recall_5 >= 0.85 and recall_1 >= 0.5, (lang, recall_1, recall_5)
+            # The same questions from a group member: their "I" is not the owner, so they
+            # are searched as written, and find the owner's facts less often.
+            _, third_party_5, third_party_mrr = scores(
+                ranks(store, ((f["question"], f["text"]) for f in facts), restricted=True)
+            )
+            assert (recall_5, mrr) > (third_party_5, third_party_mrr), lang
         for question, fact in [
             ("我的宠物叫什么名字？", "主人养了一只叫团子的橘猫"),
             ("Can I have a milkshake?", "The owner is lactose intolerant"),
@@ -86,7 +92,8 @@ def test_the_lexical_embedding_misses_what_the_default_finds(tmp_path):
             MemoryItem(content=text, scope=Scope.USER)
             for text in ["The owner is lactose intolerant", "The library closes at 6 pm on Sundays"]
         )
-        hits = store.search("Can I have a milkshake?")
+        # As written (a group member's question): the owner's reading would add "the owner".
+        hits = store.search("Can I have a milkshake?", restricted=True)
     assert "The owner is lactose intolerant" not in [hit.item.content for hit in hits]
 
 

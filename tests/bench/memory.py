@@ -7,7 +7,8 @@ The set is `tests/data/memory_recall.jsonl`, written by hand: 160 facts about
 one owner (80 Chinese, 80 English), each with the question a user would ask
 for it in other words ("主人养了一只叫团子的橘猫" ← "我的宠物叫什么名字？"),
 320 unrelated notes in both languages, and 32 update pairs (an old fact, the
-fact that replaces it, a question whose answer is the new one).
+fact that replaces it, a question whose answer is the new one), and 20 pairs
+of one fact in other words (near-duplicates).
 
 Facts and notes go into one real `MemoryStore` (embedded Chroma, a temporary
 folder) spread over the persona, user and project buckets; every question goes
@@ -24,17 +25,23 @@ that store embeds 100k notes (~7 minutes on 2 cores); it is kept under
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from langchain_core.messages import BaseMessage, HumanMessage
+
 from memory import Fusion, HashingEmbedding, MemoryItem, MemoryStore, MultilingualEmbedding, Scope
+from memory.duplicates import DUPLICATE_COSINE, cosines, near_duplicate
+from memory.items import Source
+from memory.operations import Add, Operation, Recalled, Supersede, apply_changes, plan_extraction
 from tests.bench.table import ROWS, elapsed_ms, row
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "memory_recall.jsonl"
@@ -54,14 +61,20 @@ class RecallSet:
     facts: list[dict[str, str]]
     distractors: list[dict[str, str]]
     updates: list[dict[str, str]]
+    duplicates: list[dict[str, str]]
 
 
 def load_set(path: Path = DATA) -> RecallSet:
     entries = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    kinds: dict[str, list[dict[str, str]]] = {"fact": [], "distractor": [], "update": []}
+    kinds: dict[str, list[dict[str, str]]] = {
+        "fact": [],
+        "distractor": [],
+        "update": [],
+        "duplicate": [],
+    }
     for entry in entries:
         kinds[entry["type"]].append(entry)
-    return RecallSet(kinds["fact"], kinds["distractor"], kinds["update"])
+    return RecallSet(kinds["fact"], kinds["distractor"], kinds["update"], kinds["duplicate"])
 
 
 def item(text: str, n: int, created_at: float = NOW - DAY) -> MemoryItem:
@@ -74,11 +87,18 @@ def open_store(folder: Path, embedding: Any, fusion: Fusion | None = None) -> Me
     return MemoryStore.open(folder, embedding, clock=lambda: NOW, fusion=fusion)
 
 
-def ranks(store: MemoryStore, questions: Iterable[tuple[str, str]], k: int = 10) -> list[int]:
-    """The rank of each (question, wanted text) in `search`; k + 1 when not in the top k."""
+def ranks(
+    store: MemoryStore,
+    questions: Iterable[tuple[str, str]],
+    k: int = 10,
+    restricted: bool = False,
+) -> list[int]:
+    """The rank of each (question, wanted text) in `search` (the owner asking, unless
+    `restricted`: a group member); k + 1 when not in the top k."""
     found = []
     for question, wanted in questions:
-        hits = [hit.item.content for hit in store.search(question, persona_id=READER, k=k)]
+        results = store.search(question, persona_id=READER, restricted=restricted, k=k)
+        hits = [hit.item.content for hit in results]
         found.append(hits.index(wanted) + 1 if wanted in hits else k + 1)
     return found
 
@@ -129,21 +149,53 @@ def bench_recall(folder: Path, data: RecallSet) -> list[tuple[str, dict]]:
     return results
 
 
-def apply_updates(store: MemoryStore, data: RecallSet) -> None:
-    """Each pair's old fact, then 30 days later its new one.
+class ScriptedUpdates:
+    """The scripted extractor of the update rows: told the new fact, it supersedes the
+    memory shown that holds the old one (as a model would), or adds the new fact when the
+    old one was not among the memories shown."""
 
-    Today nothing supersedes, so both stay. When the extractor's supersede
-    operation exists, this is where the scripted extractor applies it.
-    """
+    background = False
+
+    def __init__(self, update: dict[str, str]) -> None:
+        self.update = update
+
+    def extract(self, messages: Sequence[BaseMessage]) -> list[MemoryItem]:
+        return []
+
+    def extract_operations(
+        self, messages: Sequence[BaseMessage], memories: Sequence[Recalled]
+    ) -> list[Operation]:
+        new = MemoryItem(content=self.update["new"], created_at=NOW - DAY)
+        for shown in memories:
+            if shown.item.content == self.update["old"]:
+                return [Supersede(shown.handle, new.model_copy(update={"scope": shown.item.scope}))]
+        return [Add(new)]
+
+
+def apply_updates(store: MemoryStore, data: RecallSet) -> int:
+    """Each pair's old fact, then 30 days later the owner states the new one: the scripted
+    extractor's operations go through the loop's planning (`plan_extraction`) into the
+    store. Returns how many old facts were shown to the extractor (and so superseded)."""
     store.add_many(item(u["old"], n, NOW - 31 * DAY) for n, u in enumerate(data.updates))
-    store.add_many(item(u["new"], n, NOW - DAY) for n, u in enumerate(data.updates))
+    shown = 0
+    for n, update in enumerate(data.updates):
+        changes = plan_extraction(
+            ScriptedUpdates(update),
+            [HumanMessage(update["new"])],
+            store,
+            persona_id=READER,
+            source=Source(session_id="bench", message_id=f"u{n}"),
+        )
+        shown += any(change.action == "supersede" for change in changes)
+        apply_changes(store, changes)
+    return shown
 
 
 def bench_updates(folder: Path, data: RecallSet) -> None:
     """Stale facts: after the updates, does the memory block (k=8) still show an old fact?"""
     with open_store(folder / "updates", MultilingualEmbedding()) as store:
         store.add_many(item(note["text"], n) for n, note in enumerate(data.distractors))
-        apply_updates(store, data)
+        superseded = apply_updates(store, data)
         stale = first = 0
         for update in data.updates:
             hits = [h.item.content for h in store.search(update["question"], persona_id=READER)]
@@ -151,19 +203,51 @@ def bench_updates(folder: Path, data: RecallSet) -> None:
             first += bool(hits) and hits[0] == update["new"]
     total = len(data.updates)
     row(
-        f"update pairs ({total}): old fact still in the memory block (no supersede yet)",
+        f"update pairs ({total}): superseded by the scripted extractor's operation",
+        f"{superseded}/{total}",
+        "before: 0 (nothing superseded)",
+        f"{superseded / total:.0%}",
+        "every pair",
+    )
+    row(
+        f"update pairs ({total}): old fact still in the memory block",
         f"{stale}/{total}",
-        "—",
+        "before: 11/32",
         f"{stale / total:.0%}",
         "0 stale",
     )
     row(
         f"update pairs ({total}): the new fact at rank 1",
         f"{first}/{total}",
-        "—",
+        "before: 15/32",
         f"{first / total:.0%}",
         "every pair",
     )
+
+
+def bench_duplicates(data: RecallSet) -> None:
+    """The near-duplicate rule (`memory.duplicates`) on reworded pairs, update pairs and
+    pairs of distinct facts."""
+    embedding = MultilingualEmbedding()
+
+    def caught(pairs: Iterable[tuple[str, str]]) -> tuple[int, int]:
+        pairs = list(pairs)
+        hits = sum(near_duplicate(cosines(embedding, a, [b])[0], a, b) for a, b in pairs)
+        return hits, len(pairs)
+
+    facts = [f["text"] for f in data.facts]
+    for name, (hits, total), target in [
+        ("reworded facts", caught((d["a"], d["b"]) for d in data.duplicates), "most"),
+        ("update pairs", caught((u["old"], u["new"]) for u in data.updates), "none"),
+        ("distinct facts (every pair)", caught(itertools.combinations(facts, 2)), "none"),
+    ]:
+        row(
+            f"near-duplicates at cosine ≥ {DUPLICATE_COSINE} + same numbers: {name}",
+            f"{hits}/{total}",
+            "—",
+            f"{hits / max(total, 1):.0%}",
+            target,
+        )
 
 
 def scale_store(size: int, data: RecallSet) -> MemoryStore:
@@ -222,6 +306,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         results = bench_recall(Path(tmp), data)
         bench_updates(Path(tmp), data)
+    bench_duplicates(data)
     if args.scale:
         bench_scale(args.size, data)
     print(recall_table(results) + "\n")

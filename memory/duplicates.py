@@ -1,0 +1,124 @@
+"""Near-duplicates: a fact already remembered in other words is not stored again.
+
+Two texts are near-duplicates when the store's embedding puts them at cosine
+≥ `DUPLICATE_COSINE` and they name the same numbers. The threshold was
+measured with `MultilingualEmbedding` on `tests/data/memory_recall.jsonl`
+(`python -m tests.bench.memory`, "near-duplicates" rows): at 0.86, 18 of its
+20 reworded pairs count as duplicates, and none of its 32 update pairs (an
+old fact and the one replacing it, up to 0.85 apart: "白银段位" → "钻石段位")
+nor of the 12,720 pairs of distinct facts (at most 0.71). The numbers rule
+keeps "a 3-day trip" and "a 5-day trip", which embed almost alike, apart.
+
+A supersede is held to more: the model said the fact changed, and an update
+can be as close as a rewording, so only a new fact that says the very same
+words as the one it replaces is dropped (re-stating a fact must not delete it,
+a bug mem0's users hit).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from memory.items import MemoryItem
+from memory.operations import Change
+from memory.protocols import MemoryBackend
+
+log = logging.getLogger("cyrene.memory")
+
+DUPLICATE_COSINE = 0.86
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_NEIGHBOURS = 3
+
+
+def numbers(text: str) -> list[str]:
+    """The numbers a text names, in order (a different number is a different fact)."""
+    return _NUMBER.findall(text)
+
+
+def near_duplicate(cosine: float, a: str, b: str, threshold: float = DUPLICATE_COSINE) -> bool:
+    """Whether two texts at this cosine say the same thing."""
+    return cosine >= threshold and numbers(a) == numbers(b)
+
+
+def cosines(embedding_function: object, text: str, others: Sequence[str]) -> list[float]:
+    """The cosine of `text` with each of `others` under the store's embedding."""
+    if not others:
+        return []
+    vectors = np.asarray(embedding_function([text, *others]), dtype=np.float64)  # type: ignore[operator]
+    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    return [float(x) for x in vectors[1:] @ vectors[0]]
+
+
+def drop_duplicates(
+    changes: Sequence[Change],
+    store: MemoryBackend,
+    persona_id: str | None,
+    recalled: Sequence[MemoryItem],
+    threshold: float = DUPLICATE_COSINE,
+) -> list[Change]:
+    """The changes without those that would store a fact twice.
+
+    An add is dropped when it near-duplicates a live memory the reader sees
+    (those shown to the extractor, the closest to the new fact, the batch's
+    earlier facts); a supersede whose new fact says what the memory it
+    replaces says changes nothing and is dropped too. Memories this batch supersedes or forgets do not count, nor do
+    those of the same extraction (a re-run rewrites them). A backend without
+    an `embedding_function` is not checked.
+    """
+    embedding_function = getattr(store, "embedding_function", None)
+    if embedding_function is None:
+        return list(changes)
+    shown = {item.id: item for item in recalled}
+    going = {change.target for change in changes if change.target}
+    kept: list[Change] = []
+    fresh: list[MemoryItem] = []
+    for change in changes:
+        new = change.item
+        if new is None:
+            kept.append(change)
+            continue
+        if change.action == "supersede":
+            old = shown.get(str(change.target))
+            if old is not None and _words(old.content) == _words(new.content):
+                log.info("supersede dropped: %s says what %s says", new.id, old.id)
+                continue
+            kept.append(change)
+            fresh.append(new)
+            continue
+        hits = store.search(new.content, persona_id=persona_id, k=_NEIGHBOURS)
+        pool = [
+            item
+            for item in {**shown, **{h.item.id: h.item for h in hits}}.values()
+            if item.id not in going and not _same_writer(item, new)
+        ] + fresh
+        similar = cosines(embedding_function, new.content, [item.content for item in pool])
+        twin = next(
+            (
+                item
+                for item, c in zip(pool, similar, strict=True)
+                if near_duplicate(c, new.content, item.content, threshold)
+            ),
+            None,
+        )
+        if twin is not None:
+            log.info("memory not stored again: %s near-duplicates %s", new.id, twin.id)
+            continue
+        kept.append(change)
+        fresh.append(new)
+    return kept
+
+
+def _words(text: str) -> str:
+    """A text's words, without case, spacing or punctuation."""
+    return "".join(ch for ch in text.casefold() if ch.isalnum())
+
+
+def _same_writer(stored: MemoryItem, new: MemoryItem) -> bool:
+    """The same memory, or one the same extraction wrote (a re-run rewrites it)."""
+    return stored.id == new.id or (
+        new.source.extraction is not None and stored.source.extraction == new.source.extraction
+    )

@@ -1,0 +1,161 @@
+"""`MemoryStore`'s lifecycle half: supersede, forget, history, and applying planned changes.
+
+Every method here is idempotent, because a background extraction cut off by a
+crash applies its recorded plan again (`memory.cycle`): a memory already
+superseded is not superseded twice (its replacement is written again, which
+is an upsert), a memory already forgotten stays forgotten, and a change
+decided before a memory was forgotten never brings it back. A change decided
+later may (the owner said "remember" again).
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from memory.erasure import Eraser, Gate
+from memory.history import History, HistoryEntry
+from memory.items import MemoryItem, Scope
+
+if TYPE_CHECKING:
+    from chromadb.api.models.Collection import Collection
+
+    from memory.operations import Change
+
+log = logging.getLogger("cyrene.memory")
+
+
+class Lifecycle:
+    """Mixed into `MemoryStore`, which provides the members declared below."""
+
+    _history: History
+    _gate: Gate
+    _eraser: Eraser | None
+    clock: Callable[[], float]
+
+    if TYPE_CHECKING:
+
+        def _find(self, item_id: str) -> tuple[Collection, Mapping[str, Any]] | None: ...
+        def add_many(self, items: Iterable[MemoryItem]) -> builtins.list[str]: ...
+        def get(self, item_id: str) -> MemoryItem | None: ...
+
+    def supersede(self, item_id: str, new: MemoryItem, *, at: float | None = None) -> bool:
+        """Replace a memory with a new one; the old is kept in its history, never searched again.
+
+        Args:
+            item_id: the memory that is no longer true.
+            new: what is true now (a persona item must name its persona).
+            at: when it was decided (default: now).
+
+        Returns:
+            True when `item_id` was live and is now superseded; False when it was not
+            (already superseded, forgotten, or unknown): `new` is stored all the same,
+            unless it was forgotten after `at`.
+
+        Raises:
+            ValueError: a persona-scope `new` without `persona_id`.
+        """
+        when = self.clock() if at is None else at
+        found = self._find(item_id)
+        if not self._forgotten_since(str(new.id), when):
+            if found is not None:
+                old = _item(found[1])
+                self._history.superseded(old, by=str(new.id), at=when)
+            self.add_many([new])
+        if found is None:
+            return False
+        found[0].delete(ids=[item_id])
+        return True
+
+    def forget(self, item_id: str, *, at: float | None = None) -> bool:
+        """Forget a memory and every memory it replaced: their text leaves the store.
+
+        Search and export no longer see them, and in an embedded store the text
+        is erased from the files too (`memory.erasure`). An audit line (log
+        `cyrene.memory`, and a tombstone in its history) keeps id, scope and time.
+
+        Args:
+            item_id: the memory's id (a superseded one's too).
+            at: when it was decided (default: now).
+
+        Returns:
+            True when there was something to forget.
+        """
+        when = self.clock() if at is None else at
+        found = self._find(item_id)
+        kept = self._history.entry(item_id)
+        subject = _item(found[1]) if found is not None else kept.item if kept else None
+        if subject is None:  # unknown, or already forgotten
+            return False
+        older = [e.item for e in self._history.ancestry(item_id) if e.item is not None]
+        owners = {str(i.id): (i.scope.value, i.persona_id) for i in [subject, *older]}
+        ids = builtins.list(owners)
+        with self._gate.exclusive():
+            if found is not None:
+                found[0].delete(ids=[item_id])
+            self._history.forgotten(ids, owners, when)
+            if self._eraser is not None:
+                self._eraser.erase(ids)
+        for forgotten in ids:
+            log.info(
+                "memory forgotten: id=%s scope=%s at=%.3f", forgotten, owners[forgotten][0], when
+            )
+        return True
+
+    def history(self, item_id: str) -> builtins.list[HistoryEntry]:
+        """A memory's chain, oldest first: what it replaced, itself, and what replaced it.
+
+        Args:
+            item_id: any memory of the chain.
+
+        Returns:
+            The entries (live, superseded, forgotten); [] for an unknown id.
+        """
+        chain: builtins.list[HistoryEntry] = []
+        current: str | None = item_id
+        while current is not None and current not in {e.item_id for e in chain}:
+            live = self.get(current)
+            if live is not None:
+                chain.append(HistoryEntry(current, "live", live, scope=live.scope.value))
+                break
+            entry = self._history.entry(current)
+            if entry is None:
+                break
+            chain.append(entry)
+            current = entry.superseded_by
+        if not chain:
+            return []
+        return builtins.list(reversed(self._history.ancestry(item_id))) + chain
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        """Apply planned changes (`memory.operations`), idempotently: adds, then supersedes
+        and forgets in order (`memory.protocols.AppliesChanges`)."""
+        adds = [
+            c.item
+            for c in changes
+            if c.action == "add"
+            and c.item is not None
+            and not self._forgotten_since(str(c.item.id), c.at)
+        ]
+        if adds:
+            self.add_many(adds)
+        for change in changes:
+            if change.action == "supersede" and change.target and change.item:
+                self.supersede(change.target, change.item, at=change.at)
+            elif change.action == "forget" and change.target:
+                self.forget(change.target, at=change.at)
+
+    def _forgotten_since(self, item_id: str, at: float) -> bool:
+        """Whether the memory was forgotten at or after `at` (a change that old must not
+        bring it back)."""
+        entry = self._history.entry(item_id)
+        return entry is not None and entry.state == "forgotten" and (entry.at or 0.0) >= at
+
+
+def _item(got: Mapping[str, Any]) -> MemoryItem:
+    """The one memory of a Chroma `get` by id."""
+    return MemoryItem.from_record(
+        got["ids"][0], got["documents"][0], got["metadatas"][0] or {"scope": Scope.USER.value}
+    )

@@ -1,0 +1,165 @@
+"""Facts that change: supersede, forget, near-duplicates, and the operations' guards.
+
+Turns run through the real graph on a real embedded store; model-driven
+extraction uses the scripted chat model with `LLMExtractor`'s structured output.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from langchain_core.messages import AIMessage
+
+from graph import build_graph, wait_for_extractions
+from memory import LLMExtractor, ManualExtractor, MemoryItem, MemoryStore, Scope
+from memory.ranking import SearchResult
+from tests.cli_support import cyrene
+from tests.conftest import human, make_config, owner, thread
+from tests.scripted import ScriptedChatModel, call, tool_calls
+
+
+@pytest.fixture
+def store(tmp_path) -> MemoryStore:
+    with MemoryStore.open(tmp_path / "memory") as opened:
+        yield opened
+
+
+def chat(store: MemoryStore, extractor, *texts: str, persona: str = "xilian") -> None:
+    """One owner turn per text, on one session."""
+    model = ScriptedChatModel(script=[AIMessage("好的")] * len(texts))
+    graph = build_graph(make_config(model, memory=store, extractor=extractor))
+    for n, text in enumerate(texts):
+        graph.invoke(
+            {"messages": [human(text, id=f"t{n}")]}, thread("life"), context=owner(persona)
+        )
+    assert wait_for_extractions(10)
+
+
+def block(store: MemoryStore, query: str) -> list[str]:
+    """What the memory block of a turn asking `query` would show."""
+    return [hit.item.content for hit in store.search(query, persona_id="xilian")]
+
+
+def disk_bytes(folder) -> bytes:
+    """Every byte of every file under the store's folder (SQLite, its journals, indexes)."""
+    return b"".join(p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file())
+
+
+def test_a_correction_supersedes_the_old_fact_and_keeps_its_history(store, tmp_path, capsys):
+    manual = ManualExtractor(scope=Scope.USER)
+    chat(store, manual, "记住 我住在北京", "更正：我搬到上海了")
+    assert [i.content for i in store.list()] == ["我搬到上海了"]
+    assert "我住在北京" not in block(store, "我住在哪里？"), "never injected again"
+    [new] = store.list()
+    old, now = store.history(new.id)
+    assert (old.state, old.item.content, old.superseded_by) == ("superseded", "我住在北京", new.id)
+    assert now.state == "live" and old.at is not None
+    assert [e.item_id for e in store.history(old.item_id)] == [old.item_id, new.id]
+    store.close()
+    shown = cyrene(capsys, "memory", "history", new.id, "--data", str(tmp_path))
+    assert shown.code == 0, shown.err
+    assert "superseded" in shown.out and "我住在北京" in shown.out and "我搬到上海了" in shown.out
+
+
+def test_forget_in_an_owner_chat_erases_the_text_from_search_export_and_disk(
+    store, tmp_path, caplog
+):
+    caplog.set_level(logging.INFO, "cyrene.memory")
+    manual = ManualExtractor(scope=Scope.USER)
+    chat(store, manual, "记住 我的银行卡密码是七七八八", "更正：我的银行卡密码改成了九九六六")
+    [card] = store.list()
+    chat(store, manual, "忘掉银行卡密码")
+    assert store.list() == [] and block(store, "银行卡密码") == []
+    assert [e.state for e in store.history(card.id)] == ["forgotten"]
+    audit = [r.getMessage() for r in caplog.records if "forgotten" in r.getMessage()]
+    assert any(card.id in line and "scope=user" in line for line in audit)
+    assert not any("九九六六" in line or "七七八八" in line for line in caplog.messages)
+    on_disk = disk_bytes(tmp_path / "memory")
+    for text in ("九九六六", "七七八八", "银行卡密码"):
+        assert text.encode() not in on_disk, f"{text} is still in the store's files"
+
+
+def test_dont_forget_is_not_a_forget(store):
+    chat(store, ManualExtractor(scope=Scope.USER), "记住 周五交报告", "别忘掉周五交报告")
+    chat(store, ManualExtractor(scope=Scope.USER), "Don't forget that the report is due")
+    assert [i.content for i in store.list()] == ["周五交报告"]
+
+
+def test_a_reworded_fact_is_stored_once_and_a_different_number_is_not_a_duplicate(store):
+    manual = ManualExtractor(scope=Scope.USER)
+    chat(store, manual, "记住 主人养了一只叫团子的橘猫", "记住 主人的橘猫名叫团子")
+    chat(store, manual, "记住 主人每天早上跑步5公里", "记住 主人每天早上跑步3公里")
+    assert sorted(i.content for i in store.list()) == sorted(
+        ["主人养了一只叫团子的橘猫", "主人每天早上跑步5公里", "主人每天早上跑步3公里"]
+    )
+
+
+def operations(*ops: dict) -> AIMessage:
+    return tool_calls(call("MemoryOperations", "op1", operations=list(ops)))
+
+
+def test_llm_operations_refuse_a_handle_out_of_range_and_go_on(store, caplog):
+    store.add(MemoryItem(content="主人喜欢喝乌龙茶", kind="habit", scope=Scope.USER))
+    model = ScriptedChatModel(
+        script=[
+            operations(
+                {"op": "forget", "handle": 7},
+                {"op": "supersede", "handle": 1, "content": "主人改喝红茶了", "kind": "habit"},
+                {"op": "add", "content": "主人下周去杭州出差", "kind": "plan", "scope": "persona"},
+            )
+        ]
+    )
+    chat(store, LLMExtractor(model), "我最近改喝红茶了，下周还要去杭州出差")
+    request = model.requests[0]
+    assert request.tool_names == ["MemoryOperations"]
+    assert "1. [habit] 主人喜欢喝乌龙茶" in request.messages[1].content, "shown with a handle"
+    assert sorted(i.content for i in store.list()) == ["主人下周去杭州出差", "主人改喝红茶了"]
+    [trip] = store.list(scope="persona", persona_id="xilian")
+    assert trip.source.message_id == "t0", "the loop stamps persona and provenance"
+    assert "handle 7 is not one of the" in caplog.text
+
+
+class LeakyStore(MemoryStore):
+    """A backend whose search also returns another persona's private memory (a bug the
+    loop must not turn into a write)."""
+
+    def search(self, query, persona_id=None, restricted=False, k=8):
+        foreign = self.get(FOREIGN.id)
+        found = list(super().search(query, persona_id, restricted, k))
+        return [SearchResult(foreign, 1.0, 1.0, 1.0), *found] if foreign else found
+
+
+FOREIGN = MemoryItem(
+    content="阿格莱雅和主人的约定", kind="secret", scope=Scope.PERSONA, persona_id="aglaea"
+)
+
+
+def test_an_operation_on_another_personas_memory_is_refused_and_logged(tmp_path, caplog):
+    with LeakyStore.open(tmp_path / "leaky") as leaky:
+        leaky.add(FOREIGN)
+        model = ScriptedChatModel(
+            script=[
+                operations({"op": "forget", "handle": 1}, {"op": "add", "content": "主人爱吃面"})
+            ]
+        )
+        chat(leaky, LLMExtractor(model), "忘掉那个约定，另外我爱吃面")
+        assert sorted(i.content for i in leaky.list()) == ["主人爱吃面", "阿格莱雅和主人的约定"]
+    assert "not writable by persona 'xilian'" in caplog.text
+
+
+def test_restricted_sessions_never_supersede_or_forget(store):
+    from graph import SessionEnv
+
+    store.add(MemoryItem(content="主人喜欢喝乌龙茶", scope=Scope.USER))
+    model = ScriptedChatModel(script=[AIMessage("好")])
+    graph = build_graph(
+        make_config(model, memory=store, extractor=ManualExtractor(scope=Scope.USER))
+    )
+    graph.invoke(
+        {"messages": [human("忘掉乌龙茶", id="g1", name="小明")]},
+        thread("group"),
+        context=SessionEnv(actor="group"),
+    )
+    assert wait_for_extractions(10)
+    assert [i.content for i in store.list()] == ["主人喜欢喝乌龙茶"]
