@@ -42,7 +42,7 @@ from typing import TypeVar
 
 from memory.extraction_ledger import Record, claimable, same_claim, this_owner
 from memory.jobs import TURNS, ExtractionJob
-from memory.operations import apply_changes
+from memory.planning import apply_changes
 from memory.plans import decode, encode, plan_book
 from memory.protocols import PrunesExtractions
 

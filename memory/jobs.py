@@ -65,7 +65,7 @@ class ExtractionJob:
 
     key: str
     extract: Callable[[], Iterable[Any]]
-    """Its changes (`memory.operations.plan_extraction`), or plain items / operations to resolve."""
+    """Its changes (`memory.planning.plan_extraction`), or plain items / operations to resolve."""
     persona_id: str | None
     source: Source
     store: Any

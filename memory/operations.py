@@ -1,7 +1,7 @@
 """Memory operations: what an extractor may ask for, and the changes the loop makes of them.
 
 An extractor that implements `extract_operations(messages, memories)`
-(`memory.protocols.ExtractsOperations`) is shown the readable memories most
+(`memory.protocols.ExtractsOperations`) is shown (`memory.planning.recall`) the readable memories most
 similar to the conversation, numbered 1..N (`Recalled.handle`), and answers
 with operations: `Add` a fact, `Supersede` handle N with a new fact, `Forget`
 handle N, or nothing (an empty list). Small integer handles, as mem0 does:
@@ -27,20 +27,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, ConfigDict
 
 from memory.items import MemoryItem, Scope, Source
 from memory.policy import stamp
-from memory.protocols import AppliesChanges, Extractor, ExtractsOperations, MemoryBackend
-from memory.transcript import last_human, message_text
 
 log = logging.getLogger("cyrene.memory")
-
-RECALL_LIMIT = 10
-"""Memories shown to an extractor at most (mem0 shows 5 a fact; a turn may hold several)."""
-RECALL_POOL = 3 * RECALL_LIMIT
-"""Search results re-ranked by relevance alone for the extractor."""
 
 
 @dataclass(frozen=True)
@@ -97,22 +89,6 @@ class Change(BaseModel):
 def handles(items: Iterable[MemoryItem]) -> list[Recalled]:
     """Number memories 1..N for an extractor."""
     return [Recalled(n, item) for n, item in enumerate(items, 1)]
-
-
-def recall(
-    store: MemoryBackend, messages: Sequence[BaseMessage], persona_id: str | None
-) -> list[Recalled]:
-    """The memories the turn's reader may see that are closest to its latest message, by
-    relevance (not age)."""
-    human = last_human(messages)
-    query = message_text(human) if human is not None else ""
-    if not query.strip():
-        return []
-    # Ranked by relevance alone: the fact a new one contradicts is usually the older one,
-    # which the search's age decay would push below fresh, loosely related notes.
-    hits = store.search(query, persona_id=persona_id, restricted=False, k=RECALL_POOL)
-    closest = sorted(hits, key=lambda hit: hit.relevance, reverse=True)[:RECALL_LIMIT]
-    return handles(hit.item for hit in closest)
 
 
 def may_write(item: MemoryItem, persona_id: str | None) -> bool:
@@ -196,47 +172,3 @@ def planned(outcome: Sequence[Any], *, persona_id: str | None, source: Source) -
     if all(isinstance(change, Change) for change in outcome):
         return list(outcome)
     return resolve(outcome, [], persona_id=persona_id, source=source)
-
-
-def plan_extraction(
-    extractor: Extractor,
-    messages: Sequence[BaseMessage],
-    store: MemoryBackend,
-    *,
-    persona_id: str | None,
-    source: Source,
-) -> list[Change]:
-    """Ask the extractor (showing it the memories it may change, if it takes them) and
-    resolve its answer into the changes to apply, near-duplicates dropped."""
-    from memory.duplicates import drop_duplicates  # numpy only when a turn extracts
-
-    if isinstance(extractor, ExtractsOperations):
-        recalled = recall(store, messages, persona_id)
-        operations = list(extractor.extract_operations(messages, recalled))
-    else:
-        recalled, operations = [], list(extractor.extract(messages))
-    changes = resolve(operations, recalled, persona_id=persona_id, source=source)
-    try:
-        return drop_duplicates(changes, store, persona_id, [r.item for r in recalled])
-    except Exception as exc:  # the store is down: its write will wait for it, not the model
-        log.warning("near-duplicate check skipped (%s: %s)", type(exc).__name__, exc)
-        return changes
-
-
-_UNAPPLIED: set[type] = set()
-
-
-def apply_changes(store: MemoryBackend, changes: Sequence[Change]) -> None:
-    """Apply changes to a backend: all of them if it can (`AppliesChanges`), else its adds
-    and each new fact of a supersede (logged once per backend type)."""
-    if isinstance(store, AppliesChanges):
-        store.apply(changes)
-        return
-    if any(change.action != "add" for change in changes) and type(store) not in _UNAPPLIED:
-        _UNAPPLIED.add(type(store))
-        log.warning(
-            "memory backend %s has no apply(): supersede and forget operations only add "
-            "their new fact",
-            type(store).__name__,
-        )
-    store.add_many([change.item for change in changes if change.item is not None])

@@ -97,7 +97,7 @@ class ExtractsOperations(Protocol):
     """The optional part of an `Extractor` that may change what is already remembered.
 
     The loop shows it the readable memories most similar to the conversation
-    (the turn's reader's scopes only, at most `memory.operations.RECALL_LIMIT`),
+    (the turn's reader's scopes only, at most `memory.planning.RECALL_LIMIT`),
     numbered 1..N; it answers with operations on those handles
     (`memory.operations`): add, supersede N, forget N, or none. An extractor
     without this method is asked `extract(messages)` and its items are added.

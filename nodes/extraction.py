@@ -29,7 +29,7 @@ from langgraph.runtime import Runtime
 
 from memory.background import ExtractionJob
 from memory.items import Source
-from memory.operations import apply_changes, plan_extraction
+from memory.planning import apply_changes, plan_extraction
 from memory.transcript import last_human
 from nodes.env import SessionEnv, env_of
 from nodes.loop import Loop

@@ -41,7 +41,8 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from memory import Fusion, HashingEmbedding, MemoryItem, MemoryStore, MultilingualEmbedding, Scope
 from memory.duplicates import DUPLICATE_COSINE, cosines, near_duplicate
 from memory.items import Source
-from memory.operations import Add, Operation, Recalled, Supersede, apply_changes, plan_extraction
+from memory.operations import Add, Operation, Recalled, Supersede
+from memory.planning import apply_changes, plan_extraction
 from tests.bench.table import ROWS, elapsed_ms, row
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "memory_recall.jsonl"

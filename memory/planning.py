@@ -1,0 +1,86 @@
+"""What the loop does with an extractor's answer: plan the changes, then apply them.
+
+`plan_extraction` shows the extractor the memories it may change (if it takes
+them), resolves its operations into stamped `Change`s (`memory.operations`) and
+drops near-duplicates (`memory.duplicates`); `apply_changes` hands them to the
+backend. A module of its own so that operations and duplicates need not import
+each other.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from langchain_core.messages import BaseMessage
+
+from memory.duplicates import drop_duplicates
+from memory.items import Source
+from memory.operations import Change, Recalled, handles, resolve
+from memory.protocols import AppliesChanges, Extractor, ExtractsOperations, MemoryBackend
+from memory.transcript import last_human, message_text
+
+log = logging.getLogger("cyrene.memory")
+
+RECALL_LIMIT = 10
+"""Memories shown to an extractor at most (mem0 shows 5 a fact; a turn may hold several)."""
+RECALL_POOL = 3 * RECALL_LIMIT
+"""Search results re-ranked by relevance alone for the extractor."""
+
+
+def recall(
+    store: MemoryBackend, messages: Sequence[BaseMessage], persona_id: str | None
+) -> list[Recalled]:
+    """The memories the turn's reader may see that are closest to its latest message, by
+    relevance (not age)."""
+    human = last_human(messages)
+    query = message_text(human) if human is not None else ""
+    if not query.strip():
+        return []
+    # Ranked by relevance alone: the fact a new one contradicts is usually the older one,
+    # which the search's age decay would push below fresh, loosely related notes.
+    hits = store.search(query, persona_id=persona_id, restricted=False, k=RECALL_POOL)
+    closest = sorted(hits, key=lambda hit: hit.relevance, reverse=True)[:RECALL_LIMIT]
+    return handles(hit.item for hit in closest)
+
+
+def plan_extraction(
+    extractor: Extractor,
+    messages: Sequence[BaseMessage],
+    store: MemoryBackend,
+    *,
+    persona_id: str | None,
+    source: Source,
+) -> list[Change]:
+    """Ask the extractor (showing it the memories it may change, if it takes them) and
+    resolve its answer into the changes to apply, near-duplicates dropped."""
+    if isinstance(extractor, ExtractsOperations):
+        recalled = recall(store, messages, persona_id)
+        operations = list(extractor.extract_operations(messages, recalled))
+    else:
+        recalled, operations = [], list(extractor.extract(messages))
+    changes = resolve(operations, recalled, persona_id=persona_id, source=source)
+    try:
+        return drop_duplicates(changes, store, persona_id, [r.item for r in recalled])
+    except Exception as exc:  # the store is down: its write will wait for it, not the model
+        log.warning("near-duplicate check skipped (%s: %s)", type(exc).__name__, exc)
+        return changes
+
+
+_UNAPPLIED: set[type] = set()
+
+
+def apply_changes(store: MemoryBackend, changes: Sequence[Change]) -> None:
+    """Apply changes to a backend: all of them if it can (`AppliesChanges`), else its adds
+    and each new fact of a supersede (logged once per backend type)."""
+    if isinstance(store, AppliesChanges):
+        store.apply(changes)
+        return
+    if any(change.action != "add" for change in changes) and type(store) not in _UNAPPLIED:
+        _UNAPPLIED.add(type(store))
+        log.warning(
+            "memory backend %s has no apply(): supersede and forget operations only add "
+            "their new fact",
+            type(store).__name__,
+        )
+    store.add_many([change.item for change in changes if change.item is not None])
