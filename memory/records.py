@@ -52,6 +52,20 @@ def upsert_each(
     return failed
 
 
+PAGE = 5_000
+"""Memories read per `get`: Chroma reads a whole collection's metadata in one SQL
+statement with a variable per id, which SQLite refuses past 32,766."""
+
+
+def every_item(collection: Collection) -> list[MemoryItem]:
+    """Every memory of a collection, read a page at a time."""
+    items: list[MemoryItem] = []
+    for offset in range(0, collection.count(), PAGE):
+        page = collection.get(limit=PAGE, offset=offset, include=["documents", "metadatas"])
+        items.extend(records(page))
+    return items
+
+
 def write(collection: Collection, items: list[MemoryItem]) -> None:
     """One upsert of items with distinct ids (Chroma refuses a batch that repeats one)."""
     collection.upsert(

@@ -44,7 +44,7 @@ from memory.layout import bucket_metadata, check_owner, collection_name, migrate
 from memory.lifecycle import Lifecycle
 from memory.perspective import query_vector
 from memory.ranking import Decay, Fusion, SearchResult, rank
-from memory.records import item_key, may_read, prune, records, upsert_each
+from memory.records import every_item, item_key, may_read, prune, records, upsert_each
 from memory.reembed import Progress, reembed_store
 from memory.store_lock import DEFAULT_LOCK_TIMEOUT, StoreLock
 from memory.text import clean_text
@@ -363,7 +363,7 @@ class MemoryStore(Lifecycle, AbstractContextManager["MemoryStore"]):
         items: builtins.list[MemoryItem] = []
         with self._gate.shared():
             for collection in self._stored():
-                items.extend(records(collection.get(include=["documents", "metadatas"])))
+                items.extend(every_item(collection))
         items = [
             i
             for i in items
