@@ -31,6 +31,7 @@ from chromadb.errors import NotFoundError
 
 from memory.errors import StoreLayoutError
 from memory.items import UNOWNED_PERSONA_BUCKET, MemoryItem, Scope
+from memory.records import pages
 
 log = logging.getLogger("cyrene.memory")
 
@@ -133,8 +134,7 @@ def _sole_owner(client: ClientAPI, collection: Collection) -> bool:
         return False
     if any(c.name == target for c in client.list_collections()):
         return False
-    for offset in range(0, collection.count(), _PAGE):
-        page: Mapping[str, Any] = collection.get(limit=_PAGE, offset=offset, include=["metadatas"])
+    for page in pages(collection, ["metadatas"], _PAGE):
         for item_id, meta in zip(page["ids"], page["metadatas"], strict=True):
             if MemoryItem.from_record(item_id, "-", meta or {}).bucket != named:
                 return False

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from memory.erasure import Eraser, Gate
 from memory.history import History, HistoryEntry
-from memory.items import MemoryItem, Scope
+from memory.items import MemoryItem
+from memory.records import records
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
@@ -61,7 +62,7 @@ class Lifecycle:
         found = self._find(item_id)
         if not self._forgotten_since(str(new.id), when):
             if found is not None:
-                old = _item(found[1])
+                old = records(found[1])[0]
                 self._history.superseded(old, by=str(new.id), at=when)
             self.add_many([new])
         if found is None:
@@ -86,7 +87,7 @@ class Lifecycle:
         when = self.clock() if at is None else at
         found = self._find(item_id)
         kept = self._history.entry(item_id)
-        subject = _item(found[1]) if found is not None else kept.item if kept else None
+        subject = records(found[1])[0] if found is not None else kept.item if kept else None
         if subject is None:  # unknown, or already forgotten
             return False
         older = [e.item for e in self._history.ancestry(item_id) if e.item is not None]
@@ -152,10 +153,3 @@ class Lifecycle:
         bring it back)."""
         entry = self._history.entry(item_id)
         return entry is not None and entry.state == "forgotten" and (entry.at or 0.0) >= at
-
-
-def _item(got: Mapping[str, Any]) -> MemoryItem:
-    """The one memory of a Chroma `get` by id."""
-    return MemoryItem.from_record(
-        got["ids"][0], got["documents"][0], got["metadatas"][0] or {"scope": Scope.USER.value}
-    )

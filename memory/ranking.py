@@ -1,7 +1,7 @@
 """Ranking: relevance × decay (seed `Retriever`), as plain functions.
 
 Relevance is the embedding's cosine similarity, fused (`Fusion`) with the
-lexical similarity of the hashed n-grams and discounted when the memory is
+lexical similarity of their n-grams and discounted when the memory is
 written in another script than the question.
 """
 
@@ -49,7 +49,7 @@ class Fusion:
 
     Measured on `tests/data/memory_recall.jsonl` with the multilingual default
     (`python -m tests.bench.memory`, the README has the table): mixing in 20%
-    of the hashed-n-gram cosine lifts Chinese recall@5 (words that are names
+    of the n-gram cosine lifts Chinese recall@5 (words that are names
     and numbers count), and a memory in another script than the question
     (CJK against Latin) counting 0.6 of its similarity stops Chinese notes
     from crowding out English answers to English questions: a small

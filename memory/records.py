@@ -7,7 +7,7 @@ collections to touch.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Set
+from collections.abc import Iterator, Mapping, Set
 from typing import Any
 
 from chromadb.api.models.Collection import Collection
@@ -57,13 +57,19 @@ PAGE = 5_000
 statement with a variable per id, which SQLite refuses past 32,766."""
 
 
+def pages(
+    collection: Collection, include: list[Any], size: int = PAGE
+) -> Iterator[Mapping[str, Any]]:
+    """A collection's records, `size` at a time (`get` with `include`)."""
+    for offset in range(0, collection.count(), size):
+        yield collection.get(limit=size, offset=offset, include=include)
+
+
 def every_item(collection: Collection) -> list[MemoryItem]:
     """Every memory of a collection, read a page at a time."""
-    items: list[MemoryItem] = []
-    for offset in range(0, collection.count(), PAGE):
-        page = collection.get(limit=PAGE, offset=offset, include=["documents", "metadatas"])
-        items.extend(records(page))
-    return items
+    return [
+        item for page in pages(collection, ["documents", "metadatas"]) for item in records(page)
+    ]
 
 
 def write(collection: Collection, items: list[MemoryItem]) -> None:
