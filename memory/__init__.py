@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from memory.protocols import AppliesChanges as AppliesChanges
     from memory.protocols import Extractor as Extractor
     from memory.protocols import ExtractsOperations as ExtractsOperations
+    from memory.protocols import FindsNeighbours as FindsNeighbours
     from memory.protocols import MemoryBackend as MemoryBackend
     from memory.protocols import ProvidesExtractionLedger as ProvidesExtractionLedger
     from memory.protocols import PrunesExtractions as PrunesExtractions
@@ -54,6 +55,7 @@ __getattr__, __dir__ = lazy_exports(
         "Add": "memory.operations",
         "ExtractionLedger": "memory.extraction_ledger",
         "Extractor": "memory.protocols",
+        "FindsNeighbours": "memory.protocols",
         "Fusion": "memory.ranking",
         "HashingEmbedding": "memory.embedding",
         "LLMExtractor": "memory.extractors",
@@ -83,6 +85,7 @@ __all__ = [
     "ExtractionLedger",
     "Extractor",
     "ExtractsOperations",
+    "FindsNeighbours",
     "Forget",
     "Fusion",
     "HashingEmbedding",

@@ -19,19 +19,17 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
-
-import numpy as np
+from collections.abc import Mapping, Sequence, Set
 
 from memory.items import MemoryItem
 from memory.operations import Change
-from memory.protocols import MemoryBackend
+from memory.protocols import FindsNeighbours, MemoryBackend
 
 log = logging.getLogger("cyrene.memory")
 
 DUPLICATE_COSINE = 0.86
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
-_NEIGHBOURS = 3
+_NEIGHBOURS = 10
 
 
 def numbers(text: str) -> list[str]:
@@ -44,15 +42,6 @@ def near_duplicate(cosine: float, a: str, b: str, threshold: float = DUPLICATE_C
     return cosine >= threshold and numbers(a) == numbers(b)
 
 
-def cosines(embedding_function: object, text: str, others: Sequence[str]) -> list[float]:
-    """The cosine of `text` with each of `others` under the store's embedding."""
-    if not others:
-        return []
-    vectors = np.asarray(embedding_function([text, *others]), dtype=np.float64)  # type: ignore[operator]
-    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    return [float(x) for x in vectors[1:] @ vectors[0]]
-
-
 def drop_duplicates(
     changes: Sequence[Change],
     store: MemoryBackend,
@@ -63,14 +52,14 @@ def drop_duplicates(
     """The changes without those that would store a fact twice.
 
     An add is dropped when it near-duplicates a live memory the reader sees
-    (those shown to the extractor, the closest to the new fact, the batch's
+    (the closest to the new fact, those shown to the extractor, the batch's
     earlier facts); a supersede whose new fact says what the memory it
-    replaces says changes nothing and is dropped too. Memories this batch supersedes or forgets do not count, nor do
-    those of the same extraction (a re-run rewrites them). A backend without
-    an `embedding_function` is not checked.
+    replaces says changes nothing and is dropped too. Memories this batch
+    supersedes or forgets do not count, nor do those of the same extraction (a
+    re-run rewrites them). A backend that cannot find neighbours
+    (`memory.protocols.FindsNeighbours`) is not checked.
     """
-    embedding_function = getattr(store, "embedding_function", None)
-    if embedding_function is None:
+    if not isinstance(store, FindsNeighbours):
         return list(changes)
     shown = {item.id: item for item in recalled}
     going = {change.target for change in changes if change.target}
@@ -86,30 +75,52 @@ def drop_duplicates(
             if old is not None and _words(old.content) == _words(new.content):
                 log.info("supersede dropped: %s says what %s says", new.id, old.id)
                 continue
-            kept.append(change)
-            fresh.append(new)
-            continue
-        hits = store.search(new.content, persona_id=persona_id, k=_NEIGHBOURS)
-        pool = [
-            item
-            for item in {**shown, **{h.item.id: h.item for h in hits}}.values()
-            if item.id not in going and not _same_writer(item, new)
-        ] + fresh
-        similar = cosines(embedding_function, new.content, [item.content for item in pool])
-        twin = next(
-            (
-                item
-                for item, c in zip(pool, similar, strict=True)
-                if near_duplicate(c, new.content, item.content, threshold)
-            ),
-            None,
-        )
-        if twin is not None:
-            log.info("memory not stored again: %s near-duplicates %s", new.id, twin.id)
-            continue
+        else:
+            twin = _twin(store, new, persona_id, shown, going, fresh, threshold)
+            if twin is not None:
+                log.info("memory not stored again: %s near-duplicates %s", new.id, twin.id)
+                continue
         kept.append(change)
         fresh.append(new)
     return kept
+
+
+def _twin(
+    store: FindsNeighbours,
+    new: MemoryItem,
+    persona_id: str | None,
+    shown: Mapping[str | None, MemoryItem],
+    going: Set[str],
+    fresh: list[MemoryItem],
+    threshold: float,
+) -> MemoryItem | None:
+    """The live memory `new` near-duplicates, if any.
+
+    The store's cosines of its nearest memories come with the search; a memory
+    shown to the extractor outside them is embedded only when the nearest
+    reach the threshold (otherwise it is farther, so no duplicate), and the
+    batch's earlier facts always are.
+    """
+    nearest = list(store.nearest(new.content, persona_id, k=_NEIGHBOURS))
+    found = {item.id for item, _ in nearest}
+    farthest = nearest[-1][1] if len(nearest) == _NEIGHBOURS else -1.0
+    others = (
+        [item for item in shown.values() if item.id not in found] if farthest >= threshold else []
+    )
+    others += fresh
+    pairs = nearest + list(
+        zip(others, store.similarities(new.content, [i.content for i in others]), strict=True)
+    )
+    return next(
+        (
+            item
+            for item, cosine in pairs
+            if item.id not in going
+            and not _same_writer(item, new)
+            and near_duplicate(cosine, new.content, item.content, threshold)
+        ),
+        None,
+    )
 
 
 def _words(text: str) -> str:

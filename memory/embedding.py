@@ -23,6 +23,7 @@ import re
 import threading
 import zlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,15 @@ def features(text: str) -> list[str]:
             padded = f"#{token}#"
             grams.extend(padded[i : i + 3] for i in range(len(padded) - 2))
     return grams
+
+
+def cosines(embedding_function: Any, text: str, others: Sequence[str]) -> list[float]:
+    """The cosine of `text` with each of `others` under an embedding function."""
+    if not others:
+        return []
+    vectors = np.asarray(embedding_function([text, *others]), dtype=np.float64)
+    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    return [float(x) for x in vectors[1:] @ vectors[0]]
 
 
 class _UnitVectors(EmbeddingFunction[Documents]):

@@ -98,8 +98,12 @@ class History:
         self.records().add(ids=ids, embeddings=_POINT * len(ids), metadatas=metas)
 
     def entry(self, item_id: str) -> HistoryEntry | None:
-        got = self.records().get(ids=[item_id], include=["documents", "metadatas"])
-        return _entry(got, 0) if got["ids"] else None
+        return self.entries([item_id]).get(item_id)
+
+    def entries(self, ids: Sequence[str]) -> dict[str, HistoryEntry]:
+        """The entries these ids have (one read), by id."""
+        got = self.records().get(ids=list(dict.fromkeys(ids)), include=["documents", "metadatas"])
+        return {got["ids"][n]: _entry(got, n) for n in range(len(got["ids"]))}
 
     def predecessors(self, item_id: str) -> list[HistoryEntry]:
         """The memories `item_id` directly replaced."""

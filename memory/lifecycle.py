@@ -60,7 +60,7 @@ class Lifecycle:
         """
         when = self.clock() if at is None else at
         found = self._find(item_id)
-        if not self._forgotten_since(str(new.id), when):
+        if not _forgotten_since(self._history.entries([str(new.id)]), new, when):
             if found is not None:
                 old = records(found[1])[0]
                 self._history.superseded(old, by=str(new.id), at=when)
@@ -133,13 +133,9 @@ class Lifecycle:
     def apply(self, changes: Sequence[Change]) -> None:
         """Apply planned changes (`memory.operations`), idempotently: adds, then supersedes
         and forgets in order (`memory.protocols.AppliesChanges`)."""
-        adds = [
-            c.item
-            for c in changes
-            if c.action == "add"
-            and c.item is not None
-            and not self._forgotten_since(str(c.item.id), c.at)
-        ]
+        adding = [c for c in changes if c.action == "add" and c.item is not None]
+        known = self._history.entries([str(c.item.id) for c in adding if c.item]) if adding else {}
+        adds = [c.item for c in adding if c.item and not _forgotten_since(known, c.item, c.at)]
         if adds:
             self.add_many(adds)
         for change in changes:
@@ -148,8 +144,9 @@ class Lifecycle:
             elif change.action == "forget" and change.target:
                 self.forget(change.target, at=change.at)
 
-    def _forgotten_since(self, item_id: str, at: float) -> bool:
-        """Whether the memory was forgotten at or after `at` (a change that old must not
-        bring it back)."""
-        entry = self._history.entry(item_id)
-        return entry is not None and entry.state == "forgotten" and (entry.at or 0.0) >= at
+
+def _forgotten_since(entries: Mapping[str, HistoryEntry], item: MemoryItem, at: float) -> bool:
+    """Whether the memory was forgotten at or after `at` (a change that old must not bring
+    it back), by its history entry among `entries`."""
+    entry = entries.get(str(item.id))
+    return entry is not None and entry.state == "forgotten" and (entry.at or 0.0) >= at

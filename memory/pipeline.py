@@ -3,12 +3,15 @@
     submit ─▶ claim (ledger swap) ─▶ extract (pool, deadline) ─▶ record plan, apply ─▶ mark done
 
 The writer works in cycles. A cycle takes everything that waited: it reads the
-ledger for the jobs that came in, writes the extracted items, then claims in
-one compare-and-swap per ledger and marks done or lost in one write per
-ledger; then it starts the claimed ones. The steps, and what a failure in
-each costs a job, are in `memory.cycle`.
+ledger for the jobs that came in, claims them in one compare-and-swap per
+ledger and starts their extraction; while they extract it gives way to turns,
+then writes what is extracted (these jobs' and earlier ones') and marks done or
+lost in one write per ledger. A job whose extractor is quick is therefore
+claimed, extracted and stored in one cycle (two cycles, one after the other,
+measured a p95 lag of 2.5 s under load, one 1.3 s). The steps, and what a failure
+in each costs a job, are in `memory.cycle`.
 
-Cycles give way to turns (an embedded Chroma call holds the interpreter), but
+Writes give way to turns (an embedded Chroma call holds the interpreter), but
 never for longer than `MAX_DEFER` after the oldest waiting work arrived, and
 after the previous cycle: under steady traffic a cycle therefore comes every
 `MAX_DEFER` with everything that waited, instead of starving. Cycles are at
@@ -46,6 +49,7 @@ class Pipeline:
         self._inbox: deque[ExtractionJob] = deque()
         self._ready: list[ExtractionJob] = []
         self._active: dict[str, ExtractionJob] = {}
+        self._extracting: set[str] = set()
         self._settled: OrderedDict[str, None] = OrderedDict()
         self._pool: ThreadPoolExecutor | None = None
         self._writer: threading.Thread | None = None
@@ -139,13 +143,22 @@ class Pipeline:
     def _cycle(self, deadline: float) -> None:
         now = time.monotonic()
         with self._cond:
-            ready, self._ready = self._ready, []
             fresh = [j for j in self._inbox if j.not_before <= now][:CLAIM_BATCH]
             for job in fresh:
                 self._inbox.remove(job)
-        plan = decide(fresh, deadline)
+        # The ledger steps do not wait for turns (a SQLite file or a server: neither holds
+        # the interpreter), so the new jobs extract while the cycle gives way before writing.
+        plan = decide(fresh, now)
+        claimed, beaten, unclaimed = claim(plan.claims, now)
+        for job in claimed:
+            if job.changes is None:
+                self._extract(job)
+            else:  # extracted under an earlier claim that lapsed: store, do not extract again
+                self._make_ready(job)
+        with self._cond:
+            self._cond.wait_for(lambda: not self._extracting, max(0.0, deadline - now))
+            ready, self._ready = self._ready, []
         stored, unstored = store_items([*ready, *plan.stores], deadline)
-        claimed, beaten, unclaimed = claim(plan.claims, deadline)
         marked = mark(stored, plan.lost, deadline)
         for job in stored:
             if job in marked:
@@ -165,15 +178,23 @@ class Pipeline:
             self._requeue(job, when)
         for job in beaten:
             self._requeue(job, now)  # claimed elsewhere first: see by whom next cycle
-        for job in claimed:
-            if job.changes is None:
-                assert self._pool is not None
-                self._pool.submit(self._attempt, job)
-            else:  # extracted under an earlier claim that lapsed: store, do not extract again
-                self._make_ready(job)
+
+    def _extract(self, job: ExtractionJob) -> None:
+        assert self._pool is not None
+        with self._cond:
+            self._extracting.add(job.key)
+        self._pool.submit(self._attempt, job)
 
     # -- one attempt (on a pool thread) ---------------------------------------
     def _attempt(self, job: ExtractionJob) -> None:
+        try:
+            self._run_attempt(job)
+        finally:
+            with self._cond:
+                self._extracting.discard(job.key)
+                self._cond.notify_all()
+
+    def _run_attempt(self, job: ExtractionJob) -> None:
         outcome = run_with_deadline(job.extract, job.timeout)
         if isinstance(outcome, list):
             source = job.source.model_copy(update={"extraction": job.key})

@@ -58,6 +58,27 @@ class ProvidesExtractionLedger(Protocol):
 
 
 @runtime_checkable
+class FindsNeighbours(Protocol):
+    """The optional part of a `MemoryBackend` that lets the loop drop near-duplicates.
+
+    Before a new fact is stored, the loop compares it with its nearest
+    readable memories (`memory.duplicates`). A backend without this method
+    stores every fact it is given.
+    """
+
+    def nearest(
+        self, text: str, persona_id: str | None = None, k: int = 8
+    ) -> Sequence[tuple[MemoryItem, float]]:
+        """The `k` memories `persona_id` may read (unrestricted) closest to `text`, with
+        their embedding cosine (in [-1, 1]), closest first: no fusion, no decay."""
+        ...
+
+    def similarities(self, text: str, others: Sequence[str]) -> Sequence[float]:
+        """The embedding cosine of `text` with each of `others`."""
+        ...
+
+
+@runtime_checkable
 class PrunesExtractions(Protocol):
     """The optional part of a `MemoryBackend` that lets a re-run extraction leave nothing behind.
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,14 +66,23 @@ class Fusion:
     lexical_weight: float = 0.2
     other_script: float = 0.6
 
-    def relevances(self, query: str, documents: list[str], distances: list[float]) -> list[float]:
-        """The fused relevance, in [0, 1], of each document for `query`."""
+    def relevances(
+        self, query: str | Sequence[str], documents: list[str], distances: list[float]
+    ) -> list[float]:
+        """The fused relevance, in [0, 1], of each document for `query`.
+
+        `query` may be several readings of one question (`memory.perspective.readings`,
+        the question as written first): the lexical half takes the best of them.
+        """
+        asked = [query] if isinstance(query, str) else list(query)
         dense = np.clip(1.0 - np.asarray(distances, dtype=np.float32), 0.0, 1.0)
         if self.lexical_weight:
-            asked = _grams(query)
-            lexical = np.asarray([_cosine(asked, _grams(text)) for text in documents])
+            grams = [_grams(text) for text in asked]
+            lexical = np.asarray(
+                [max(_cosine(reading, _grams(text)) for reading in grams) for text in documents]
+            )
             dense = (1 - self.lexical_weight) * dense + self.lexical_weight * lexical
-        script = has_cjk(query)
+        script = has_cjk(asked[0])
         factors = [1.0 if has_cjk(d) == script else self.other_script for d in documents]
         return [float(r) for r in dense * np.asarray(factors, dtype=np.float32)]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import builtins
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -29,7 +29,7 @@ from chromadb.api.models.Collection import Collection
 from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
-from memory.embedding import MultilingualEmbedding
+from memory.embedding import MultilingualEmbedding, cosines
 from memory.erasure import Eraser, Gate
 from memory.errors import MemoryStoreError, MemoryWriteError
 from memory.extraction_ledger import (
@@ -42,7 +42,7 @@ from memory.history import History
 from memory.items import MemoryItem, Scope, bucket_name, require_owner
 from memory.layout import bucket_metadata, check_owner, collection_name, migrate, ours
 from memory.lifecycle import Lifecycle
-from memory.perspective import query_vector
+from memory.perspective import query_vector, readings
 from memory.ranking import Decay, Fusion, SearchResult, rank
 from memory.records import every_item, item_key, may_read, prune, records, upsert_each
 from memory.reembed import Progress, reembed_store
@@ -55,6 +55,10 @@ _SHARED_BUCKETS = (Scope.USER.value, Scope.PROJECT.value)
 _BATCH = 2_000
 # Candidates per bucket: enough that fusion can reorder past the dense top few.
 _POOL = 32
+# A bucket found missing is looked for again after this long (another store handle or
+# process may create it); asking Chroma for it on every search cost ~5% of a busy
+# process's CPU.
+_MISSING_RECHECK = 1.0
 
 
 def _settings() -> Settings:
@@ -93,6 +97,7 @@ class MemoryStore(Lifecycle, AbstractContextManager["MemoryStore"]):
         self._lock = lock
         self._closed = False
         self._collections: dict[str, Collection] = {}
+        self._missing: dict[str, float] = {}  # bucket → when it was found missing
         self._history = History(client)
         self._gate = Gate()
         settings = client.get_settings()
@@ -221,6 +226,7 @@ class MemoryStore(Lifecycle, AbstractContextManager["MemoryStore"]):
         """
         self._live()
         self._collections.clear()  # rebuilt collections are new objects
+        self._missing.clear()
         return reembed_store(
             self.client, self.embedding_function, everything=everything, progress=progress
         )
@@ -230,6 +236,9 @@ class MemoryStore(Lifecycle, AbstractContextManager["MemoryStore"]):
         self._live()
         if bucket in self._collections:
             return self._collections[bucket]
+        missing_since = self._missing.get(bucket)
+        if not create and missing_since and time.monotonic() - missing_since < _MISSING_RECHECK:
+            return None
         name = collection_name(bucket)
         if create:
             collection = self.client.get_or_create_collection(
@@ -244,7 +253,9 @@ class MemoryStore(Lifecycle, AbstractContextManager["MemoryStore"]):
                     name, embedding_function=self.embedding_function
                 )
             except (NotFoundError, ValueError):
+                self._missing[bucket] = time.monotonic()
                 return None
+        self._missing.pop(bucket, None)
         self._collections[bucket] = check_owner(collection, bucket)
         return collection
 
@@ -395,17 +406,59 @@ class MemoryStore(Lifecycle, AbstractContextManager["MemoryStore"]):
         if not query.strip() or k <= 0:
             return []
         reader = clean_text(persona_id) if persona_id else None
-        embedding = [
-            query_vector(self.embedding_function.embed_query, clean_text(query), not restricted)
+        asked = readings(clean_text(query), owner=not restricted)
+        vector = query_vector(self.embedding_function.embed_query, asked)
+        # Oversample so that fusion and decay can reorder.
+        readable = self._closest(vector, reader, restricted, max(k * 2, _POOL))
+        relevances = self.fusion.relevances(
+            asked, [item.content for item, _ in readable], [distance for _, distance in readable]
+        )
+        return rank(
+            [(item, relevance) for (item, _), relevance in zip(readable, relevances, strict=True)],
+            now=self.clock(),
+            decay=self.decay,
+            k=k,
+            min_relevance=self.min_relevance,
+        )
+
+    def nearest(
+        self, text: str, persona_id: str | None = None, k: int = 8
+    ) -> builtins.list[tuple[MemoryItem, float]]:
+        """The `k` memories `persona_id` may read closest to `text`, with their embedding
+        cosine, closest first (`memory.protocols.FindsNeighbours`).
+
+        What the near-duplicate check compares a new fact with: the text is embedded as it
+        is written (no owner reading), and ranked without fusion or decay. Its vector is
+        kept with the recent queries', so storing the same text next does not embed it again.
+        """
+        if not text.strip() or k <= 0:
+            return []
+        reader = clean_text(persona_id) if persona_id else None
+        vector = self.embedding_function.embed_query([clean_text(text)])[0]
+        found = self._closest(vector, reader, False, k)
+        found.sort(key=lambda hit: hit[1])
+        return [(item, 1.0 - distance) for item, distance in found[:k]]
+
+    def similarities(self, text: str, others: Sequence[str]) -> builtins.list[float]:
+        """The embedding cosine of `text` with each of `others`."""
+        return cosines(self.embedding_function, text, others)
+
+    def _closest(
+        self, vector: Any, reader: str | None, restricted: bool, n: int
+    ) -> builtins.list[tuple[MemoryItem, float]]:
+        """Up to `n` nearest memories of each bucket the reader may read, with their
+        distances (the store's space is cosine), those it may not read dropped loudly."""
+        collections = [
+            c
+            for bucket in self.readable_buckets(reader, restricted)
+            if (c := self._collection(bucket, create=False)) is not None
         ]
-        buckets = self.readable_buckets(reader, restricted)
-        collections = [c for b in buckets if (c := self._collection(b, create=False)) is not None]
 
         def nearest(collection: Collection) -> builtins.list[tuple[MemoryItem, float]]:
-            # Oversample so that decay can reorder; Chroma caps n_results at the count.
+            # Chroma caps n_results at the collection's count.
             found: Mapping[str, Any] = collection.query(
-                query_embeddings=embedding,
-                n_results=max(k * 2, _POOL),
+                query_embeddings=[vector],
+                n_results=n,
                 include=["documents", "metadatas", "distances"],
             )
             first_query = {key: found[key][0] for key in ("ids", "documents", "metadatas")}
@@ -415,15 +468,4 @@ class MemoryStore(Lifecycle, AbstractContextManager["MemoryStore"]):
         # side by side: at 100k items a search went from 12.7 to 8.4 ms (median).
         with self._gate.shared():
             hits = builtins.list(self._bucket_pool.map(nearest, collections))
-        candidates = [hit for found in hits for hit in found]
-        readable = [hit for hit in candidates if may_read(hit[0], reader, restricted)]
-        relevances = self.fusion.relevances(
-            query, [item.content for item, _ in readable], [distance for _, distance in readable]
-        )
-        return rank(
-            [(item, relevance) for (item, _), relevance in zip(readable, relevances, strict=True)],
-            now=self.clock(),
-            decay=self.decay,
-            k=k,
-            min_relevance=self.min_relevance,
-        )
+        return [hit for found in hits for hit in found if may_read(hit[0], reader, restricted)]

@@ -1,7 +1,7 @@
 """Exactly once, for real: a worker SIGKILLed after its reply, then recoverers racing.
 
 Each trial: a worker process answers "记住 我喜欢乌龙茶" on a session of its
-own and is SIGKILLed at a random moment 0-600 ms after `invoke` returned,
+own and is SIGKILLed at a random moment 0-400 ms after `invoke` returned,
 while its background extraction is queued, running, writing, or done. Its
 store hears of a finished write up to 300 ms late (tests/exactly_once_worker.py),
 so some kills land after the memory is on the server and before the extraction
@@ -48,7 +48,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.services]
 
 TRIALS = 30
 AT_ONCE = 5
-KILL_WITHIN = 0.6
+KILL_WITHIN = 0.4
 
 
 class Forker:
@@ -239,7 +239,11 @@ def test_racing_recoverers_after_a_sigkill_store_each_memory_exactly_once(
         assert t.recoverer_runs <= (0 if t.phase == "marked done" else 1), t
         assert t.final == "done" and t.lost == 0, t
     assert duplicates == missing == after_done == extra == 0
-    assert sum(t.recoverer_runs for t in trials) >= TRIALS // 3, "the recoverers had work"
+    # The recoverers had work: kills that left the extraction unfinished, taken up by
+    # several recoverers at once. (Few of them call the extractor: once the killed
+    # worker recorded its plan, a recoverer applies that instead.)
+    unfinished = sum(1 for t in trials if t.phase != "marked done")
+    assert unfinished >= TRIALS // 3 and contested >= TRIALS // 3, "the recoverers had work"
 
 
 @pytest.fixture(params=["sqlite", "chroma"])

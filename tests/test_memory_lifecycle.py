@@ -13,6 +13,8 @@ from langchain_core.messages import AIMessage
 
 from graph import build_graph, wait_for_extractions
 from memory import LLMExtractor, ManualExtractor, MemoryItem, MemoryStore, Scope
+from memory.duplicates import DUPLICATE_COSINE, drop_duplicates
+from memory.operations import Change
 from memory.ranking import SearchResult
 from tests.cli_support import cyrene
 from tests.conftest import human, make_config, owner, thread
@@ -93,6 +95,35 @@ def test_a_reworded_fact_is_stored_once_and_a_different_number_is_not_a_duplicat
     assert sorted(i.content for i in store.list()) == sorted(
         ["主人养了一只叫团子的橘猫", "主人每天早上跑步5公里", "主人每天早上跑步3公里"]
     )
+
+
+def test_a_shown_memory_behind_a_crowd_of_close_ones_is_still_compared(store):
+    """The check reads the new fact's nearest memories with the store's own cosines; a
+    memory shown to the extractor beyond them is compared too when the nearest are all
+    that close (here twelve runs of other lengths: close, but other numbers)."""
+    crowd = [f"主人每天早上跑步{n}公里" for n in range(6, 18)]
+    store.add_many(MemoryItem(content=text, scope=Scope.USER) for text in crowd)
+    shown = MemoryItem(content="主人每天清晨跑5公里", scope=Scope.USER)
+    store.add(shown)
+    new = MemoryItem(content="主人每天早上跑步5公里", scope=Scope.USER)
+    nearest = store.nearest(new.content, k=10)
+    assert shown.id not in {item.id for item, _ in nearest}
+    assert min(cosine for _, cosine in nearest) >= DUPLICATE_COSINE
+    assert store.similarities(new.content, [shown.content])[0] >= DUPLICATE_COSINE
+    add = Change(action="add", item=new, at=0.0)
+    assert drop_duplicates([add], store, "xilian", recalled=[shown]) == []
+    assert drop_duplicates([add], store, "xilian", recalled=[]) == [add]
+
+    class Plain:
+        """A user's backend: search and add_many only, so nothing to compare with."""
+
+        def search(self, query, persona_id=None, restricted=False, k=8):
+            return store.search(query, persona_id, restricted, k)
+
+        def add_many(self, items):
+            return store.add_many(items)
+
+    assert drop_duplicates([add], Plain(), "xilian", recalled=[shown]) == [add]
 
 
 def operations(*ops: dict) -> AIMessage:

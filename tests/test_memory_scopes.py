@@ -6,6 +6,7 @@ import hashlib
 import logging
 import re
 import threading
+import time
 
 import chromadb
 import pytest
@@ -17,6 +18,7 @@ from langchain_core.messages import AIMessage
 from graph import Persona, SessionEnv, build_graph
 from memory import (
     Extractor,
+    FindsNeighbours,
     HashingEmbedding,
     LLMExtractor,
     ManualExtractor,
@@ -317,9 +319,23 @@ def test_close_releases_the_pool_and_the_store_is_a_context_manager(tmp_path):
         assert len(again.list()) == 2
 
 
+def test_a_bucket_another_handle_creates_is_found_within_a_second(tmp_path):
+    """A search remembers a missing bucket for a second instead of asking Chroma each time;
+    this handle's own writes are seen at once, another handle's within the second."""
+    with MemoryStore.open(tmp_path / "m") as reader, MemoryStore.open(tmp_path / "m") as writer:
+        assert reader.search("橘猫团子", persona_id="xilian") == []
+        reader.add(MemoryItem(content="主人养了一只叫团子的橘猫", scope=Scope.USER))
+        assert len(reader.search("橘猫团子", persona_id="xilian")) == 1
+        writer.add(MemoryItem(content="星野的橘猫叫团子", scope=Scope.PERSONA, persona_id="xilian"))
+        deadline = time.monotonic() + 3.0
+        while len(reader.search("橘猫团子", persona_id="xilian")) < 2:
+            assert time.monotonic() < deadline, "another handle's new bucket never showed"
+            time.sleep(0.05)
+
+
 def test_the_plug_in_protocols(tmp_path):
     with MemoryStore.open(tmp_path / "m") as store:
-        assert isinstance(store, MemoryBackend)
+        assert isinstance(store, MemoryBackend) and isinstance(store, FindsNeighbours)
         assert isinstance(ManualExtractor(), Extractor)
         assert isinstance(LLMExtractor(ScriptedChatModel(script=[])), Extractor)
     assert not isinstance(object(), MemoryBackend) and not isinstance(object(), Extractor)
