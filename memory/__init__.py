@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from memory.protocols import MemoryBackend as MemoryBackend
     from memory.protocols import ProvidesExtractionLedger as ProvidesExtractionLedger
     from memory.protocols import PrunesExtractions as PrunesExtractions
+    from memory.protocols import RanksByRelevance as RanksByRelevance
     from memory.ranking import Decay as Decay
     from memory.ranking import Fusion as Fusion
     from memory.ranking import SearchResult as SearchResult
@@ -68,6 +69,7 @@ __getattr__, __dir__ = lazy_exports(
         "MultilingualEmbedding": "memory.embedding",
         "ProvidesExtractionLedger": "memory.protocols",
         "PrunesExtractions": "memory.protocols",
+        "RanksByRelevance": "memory.protocols",
         "Scope": "memory.items",
         "SearchResult": "memory.ranking",
         "Source": "memory.items",
@@ -100,6 +102,7 @@ __all__ = [
     "MultilingualEmbedding",
     "ProvidesExtractionLedger",
     "PrunesExtractions",
+    "RanksByRelevance",
     "Recalled",
     "Scope",
     "SearchResult",

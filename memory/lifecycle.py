@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from memory.aliases import aliases_of, leave_alias
 from memory.erasure import Eraser, Gate
 from memory.history import History, HistoryEntry
 from memory.items import MemoryItem
@@ -39,6 +40,7 @@ class Lifecycle:
     if TYPE_CHECKING:
 
         def _find(self, item_id: str) -> tuple[Collection, Mapping[str, Any]] | None: ...
+        def _stored(self) -> builtins.list[Collection]: ...
         def add_many(self, items: Iterable[MemoryItem]) -> builtins.list[str]: ...
         def get(self, item_id: str) -> MemoryItem | None: ...
 
@@ -60,13 +62,17 @@ class Lifecycle:
         """
         when = self.clock() if at is None else at
         found = self._find(item_id)
-        if not _forgotten_since(self._history.entries([str(new.id)]), new, when):
-            if found is not None:
-                old = records(found[1])[0]
+        old = records(found[1])[0] if found is not None else None
+        # A replacement forgotten since took what it replaced with it: no history, no alias.
+        current = not _forgotten_since(self._history.entries([str(new.id)]), new, when)
+        if current:
+            if old is not None:
                 self._history.superseded(old, by=str(new.id), at=when)
             self.add_many([new])
-        if found is None:
+        if found is None or old is None:
             return False
+        if current:
+            leave_alias(found[0], old, new)
         found[0].delete(ids=[item_id])
         return True
 
@@ -93,12 +99,15 @@ class Lifecycle:
         older = [e.item for e in self._history.ancestry(item_id) if e.item is not None]
         owners = {str(i.id): (i.scope.value, i.persona_id) for i in [subject, *older]}
         ids = builtins.list(owners)
+        words = aliases_of(ids)
         with self._gate.exclusive():
             if found is not None:
                 found[0].delete(ids=[item_id])
+            for collection in self._stored():  # the words they left as aliases go too
+                collection.delete(ids=words)
             self._history.forgotten(ids, owners, when)
             if self._eraser is not None:
-                self._eraser.erase(ids)
+                self._eraser.erase([*ids, *words])
         for forgotten in ids:
             log.info(
                 "memory forgotten: id=%s scope=%s at=%.3f", forgotten, owners[forgotten][0], when

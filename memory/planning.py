@@ -17,7 +17,13 @@ from langchain_core.messages import BaseMessage
 from memory.duplicates import drop_duplicates
 from memory.items import Source
 from memory.operations import Change, Recalled, handles, resolve
-from memory.protocols import AppliesChanges, Extractor, ExtractsOperations, MemoryBackend
+from memory.protocols import (
+    AppliesChanges,
+    Extractor,
+    ExtractsOperations,
+    MemoryBackend,
+    RanksByRelevance,
+)
 from memory.transcript import last_human, message_text
 
 log = logging.getLogger("cyrene.memory")
@@ -25,7 +31,8 @@ log = logging.getLogger("cyrene.memory")
 RECALL_LIMIT = 10
 """Memories shown to an extractor at most (mem0 shows 5 a fact; a turn may hold several)."""
 RECALL_POOL = 3 * RECALL_LIMIT
-"""Search results re-ranked by relevance alone for the extractor."""
+"""Search results re-ranked by relevance alone for the extractor (of a backend that cannot
+rank by relevance itself: `memory.protocols.RanksByRelevance`)."""
 
 
 def recall(
@@ -39,6 +46,8 @@ def recall(
         return []
     # Ranked by relevance alone: the fact a new one contradicts is usually the older one,
     # which the search's age decay would push below fresh, loosely related notes.
+    if isinstance(store, RanksByRelevance):
+        return handles(hit.item for hit in store.relevant(query, persona_id, k=RECALL_LIMIT))
     hits = store.search(query, persona_id=persona_id, restricted=False, k=RECALL_POOL)
     closest = sorted(hits, key=lambda hit: hit.relevance, reverse=True)[:RECALL_LIMIT]
     return handles(hit.item for hit in closest)

@@ -79,6 +79,24 @@ class FindsNeighbours(Protocol):
 
 
 @runtime_checkable
+class RanksByRelevance(Protocol):
+    """The optional part of a `MemoryBackend` that ranks by relevance alone.
+
+    An extractor is shown the memories most relevant to the latest message
+    (`memory.planning.recall`), whatever their age: the fact a new one replaces
+    is usually old, and a ranking that discounts age puts fresh, loosely related
+    notes above it. A backend without this method is asked `search` for three
+    times as many and they are re-ranked by relevance.
+    """
+
+    def relevant(
+        self, query: str, persona_id: str | None = None, k: int = 8
+    ) -> Sequence[SearchResult]:
+        """The `k` memories `persona_id` may read (unrestricted) most relevant to `query`."""
+        ...
+
+
+@runtime_checkable
 class PrunesExtractions(Protocol):
     """The optional part of a `MemoryBackend` that lets a re-run extraction leave nothing behind.
 

@@ -96,11 +96,22 @@ def prune(collection: Collection, written: Mapping[str, Set[str]]) -> int:
     return len(stale)
 
 
+ALIAS_OF = "alias_of"
+"""The metadata key of an alias record: a superseded memory's words, which find its
+successor (`memory.aliases`). An alias is no memory: `records` skips it."""
+
+
+def is_alias(meta: Mapping[str, Any] | None) -> bool:
+    """Whether a record's metadata is an alias's."""
+    return meta is not None and ALIAS_OF in meta
+
+
 def records(got: Mapping[str, Any]) -> list[MemoryItem]:
-    """MemoryItems from a Chroma `get` result (ids, documents, metadatas)."""
+    """MemoryItems from a Chroma `get` result (ids, documents, metadatas); aliases skipped."""
     return [
         MemoryItem.from_record(i, d, m or {})
         for i, d, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True)
+        if not is_alias(m)
     ]
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import builtins
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Set
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -29,7 +29,7 @@ from chromadb.api.models.Collection import Collection
 from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
-from memory.embedding import MultilingualEmbedding, cosines
+from memory.embedding import MultilingualEmbedding
 from memory.erasure import Eraser, Gate
 from memory.errors import MemoryStoreError, MemoryWriteError
 from memory.extraction_ledger import (
@@ -39,22 +39,18 @@ from memory.extraction_ledger import (
     SqliteExtractionLedger,
 )
 from memory.history import History
-from memory.items import MemoryItem, Scope, bucket_name, require_owner
+from memory.items import MemoryItem, Scope, require_owner
 from memory.layout import bucket_metadata, check_owner, collection_name, migrate, ours
 from memory.lifecycle import Lifecycle
-from memory.perspective import query_vector, readings
-from memory.ranking import Decay, Fusion, SearchResult, rank
-from memory.records import every_item, item_key, may_read, prune, records, upsert_each
+from memory.ranking import Decay, Fusion
+from memory.records import every_item, item_key, prune, records, upsert_each
 from memory.reembed import Progress, reembed_store
+from memory.search import Search
 from memory.store_lock import DEFAULT_LOCK_TIMEOUT, StoreLock
-from memory.text import clean_text
 
 log = logging.getLogger("cyrene.memory")
 
-_SHARED_BUCKETS = (Scope.USER.value, Scope.PROJECT.value)
 _BATCH = 2_000
-# Candidates per bucket: enough that fusion can reorder past the dense top few.
-_POOL = 32
 # A bucket found missing is looked for again after this long (another store handle or
 # process may create it); asking Chroma for it on every search cost ~5% of a busy
 # process's CPU.
@@ -65,8 +61,9 @@ def _settings() -> Settings:
     return Settings(anonymized_telemetry=False)
 
 
-class MemoryStore(Lifecycle, AbstractContextManager["MemoryStore"]):
-    """Scoped memories with relevance × decay search, that supersede and forget (`memory.lifecycle`).
+class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
+    """Scoped memories with relevance × decay search (`memory.search`), that supersede and
+    forget (`memory.lifecycle`).
 
     Opening a store written with another embedding re-embeds it in place first
     (`memory.reembed`), reporting to `progress(collection, done, total)`.
@@ -267,7 +264,7 @@ class MemoryStore(Lifecycle, AbstractContextManager["MemoryStore"]):
     def _find(self, item_id: str) -> tuple[Collection, Mapping[str, Any]] | None:
         for collection in self._stored():
             got = collection.get(ids=[item_id], include=["documents", "metadatas"])
-            if got["ids"]:
+            if records(got):  # a memory, not an alias (`memory.aliases`)
                 return collection, got
         return None
 
@@ -382,90 +379,3 @@ class MemoryStore(Lifecycle, AbstractContextManager["MemoryStore"]):
             and (persona_id is None or i.persona_id == persona_id)
         ]
         return sorted(items, key=lambda i: i.created_at)
-
-    def readable_buckets(self, persona_id: str | None, restricted: bool) -> builtins.list[str]:
-        """DESIGN §4 read set: P's persona scope ∪ user ∪ project; restricted → user ∪ project."""
-        if restricted or not persona_id:
-            return builtins.list(_SHARED_BUCKETS)
-        return [bucket_name(Scope.PERSONA, persona_id), *_SHARED_BUCKETS]
-
-    def search(
-        self, query: str, persona_id: str | None = None, restricted: bool = False, k: int = 8
-    ) -> builtins.list[SearchResult]:
-        """The `k` most relevant memories the reader may see, ranked by relevance × decay.
-
-        Args:
-            query: the text to match (usually the turn's message).
-            persona_id: the reading persona; its private memories are included.
-            restricted: a group/stranger read: shared scopes only, never persona memories.
-            k: how many results at most.
-
-        Returns:
-            Up to `k` results, best first; [] for an empty query or `k <= 0`.
-        """
-        if not query.strip() or k <= 0:
-            return []
-        reader = clean_text(persona_id) if persona_id else None
-        asked = readings(clean_text(query), owner=not restricted)
-        vector = query_vector(self.embedding_function.embed_query, asked)
-        # Oversample so that fusion and decay can reorder.
-        readable = self._closest(vector, reader, restricted, max(k * 2, _POOL))
-        relevances = self.fusion.relevances(
-            asked, [item.content for item, _ in readable], [distance for _, distance in readable]
-        )
-        return rank(
-            [(item, relevance) for (item, _), relevance in zip(readable, relevances, strict=True)],
-            now=self.clock(),
-            decay=self.decay,
-            k=k,
-            min_relevance=self.min_relevance,
-        )
-
-    def nearest(
-        self, text: str, persona_id: str | None = None, k: int = 8
-    ) -> builtins.list[tuple[MemoryItem, float]]:
-        """The `k` memories `persona_id` may read closest to `text`, with their embedding
-        cosine, closest first (`memory.protocols.FindsNeighbours`).
-
-        What the near-duplicate check compares a new fact with: the text is embedded as it
-        is written (no owner reading), and ranked without fusion or decay. Its vector is
-        kept with the recent queries', so storing the same text next does not embed it again.
-        """
-        if not text.strip() or k <= 0:
-            return []
-        reader = clean_text(persona_id) if persona_id else None
-        vector = self.embedding_function.embed_query([clean_text(text)])[0]
-        found = self._closest(vector, reader, False, k)
-        found.sort(key=lambda hit: hit[1])
-        return [(item, 1.0 - distance) for item, distance in found[:k]]
-
-    def similarities(self, text: str, others: Sequence[str]) -> builtins.list[float]:
-        """The embedding cosine of `text` with each of `others`."""
-        return cosines(self.embedding_function, text, others)
-
-    def _closest(
-        self, vector: Any, reader: str | None, restricted: bool, n: int
-    ) -> builtins.list[tuple[MemoryItem, float]]:
-        """Up to `n` nearest memories of each bucket the reader may read, with their
-        distances (the store's space is cosine), those it may not read dropped loudly."""
-        collections = [
-            c
-            for bucket in self.readable_buckets(reader, restricted)
-            if (c := self._collection(bucket, create=False)) is not None
-        ]
-
-        def nearest(collection: Collection) -> builtins.list[tuple[MemoryItem, float]]:
-            # Chroma caps n_results at the collection's count.
-            found: Mapping[str, Any] = collection.query(
-                query_embeddings=[vector],
-                n_results=n,
-                include=["documents", "metadatas", "distances"],
-            )
-            first_query = {key: found[key][0] for key in ("ids", "documents", "metadatas")}
-            return builtins.list(zip(records(first_query), found["distances"][0], strict=True))
-
-        # Chroma releases the GIL while it searches, so the buckets are queried
-        # side by side: at 100k items a search went from 12.7 to 8.4 ms (median).
-        with self._gate.shared():
-            hits = builtins.list(self._bucket_pool.map(nearest, collections))
-        return [hit for found in hits for hit in found if may_read(hit[0], reader, restricted)]

@@ -152,12 +152,12 @@ def test_llm_operations_refuse_a_handle_out_of_range_and_go_on(store, caplog):
 
 
 class LeakyStore(MemoryStore):
-    """A backend whose search also returns another persona's private memory (a bug the
-    loop must not turn into a write)."""
+    """A backend whose ranking for the extractor (`relevant`) also returns another persona's
+    private memory (a bug the loop must not turn into a write)."""
 
-    def search(self, query, persona_id=None, restricted=False, k=8):
+    def relevant(self, query, persona_id=None, k=8):
         foreign = self.get(FOREIGN.id)
-        found = list(super().search(query, persona_id, restricted, k))
+        found = list(super().relevant(query, persona_id, k))
         return [SearchResult(foreign, 1.0, 1.0, 1.0), *found] if foreign else found
 
 

@@ -1,0 +1,95 @@
+"""A superseded fact's words still find what replaced it.
+
+The owner asks about a fact in the words of its old version as often as in
+the new one's ("我的号码是联通的吗？" after "主人已经把手机号转到了移动"
+replaced "主人用的是联通的手机卡"). So when a memory is superseded by one in
+the same bucket, its text stays in the bucket's index as an *alias* of its
+successor: a record `alias:<old id>` whose metadata names the successor
+(`alias_of`). A search reads a hit on an alias as a hit on the successor
+(`MemoryStore.search` keeps the better of the two matches); the alias's text
+is never returned, listed or exported, and the near-duplicate check ignores it
+(restating an old fact is not a duplicate of its replacement). On the update
+pairs of `tests/data/memory_recall.jsonl` the new fact came first for 21 of
+32 questions without aliases and for 26 with them (`python -m tests.bench.memory`).
+
+Aliases follow the chain (when the successor is superseded in turn, they
+point to the newest), go with it when it is forgotten, and are re-embedded with
+their bucket. A successor in another bucket gets none: the alias would carry
+one bucket's words into another's index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from chromadb.api.models.Collection import Collection
+
+from memory.items import MemoryItem
+from memory.records import ALIAS_OF, is_alias, item_key, records
+
+_PREFIX = "alias:"
+
+
+def alias_id(item_id: str) -> str:
+    """The id of the alias that memory `item_id`'s words leave behind."""
+    return f"{_PREFIX}{item_id}"
+
+
+def resolve(
+    collection: Collection, found: Mapping[str, Any]
+) -> list[tuple[MemoryItem, str, bool, float]]:
+    """A query's hits in one collection as (memory, the text that matched, whether through an
+    alias, distance): an alias's hit is its successor's, matched by the alias's words."""
+    rows = list(
+        zip(
+            found["ids"][0],
+            found["documents"][0],
+            found["metadatas"][0],
+            found["distances"][0],
+            strict=True,
+        )
+    )
+    items = {i: MemoryItem.from_record(i, d, m or {}) for i, d, m, _ in rows if not is_alias(m)}
+    missing = list({_successor(m) for _, _, m, _ in rows if is_alias(m)} - set(items))
+    if missing:
+        got = collection.get(ids=missing, include=["documents", "metadatas"])
+        items.update((item_key(item), item) for item in records(got))
+    hits = []
+    for item_id, document, meta, distance in rows:
+        alias = is_alias(meta)
+        item = items.get(_successor(meta) if alias else item_id)
+        if item is not None:  # an alias whose successor went (pruned) matches nothing
+            hits.append((item, document, alias, distance))
+    return hits
+
+
+def leave_alias(collection: Collection, old: MemoryItem, successor: MemoryItem) -> None:
+    """Before `old` leaves `collection` for `successor`: its words, and those of the aliases
+    that pointed to it, point to `successor` (or, in another bucket, go)."""
+    pointing: Mapping[str, Any] = collection.get(
+        where={ALIAS_OF: item_key(old)}, include=["documents"]
+    )
+    if successor.bucket != old.bucket:
+        if pointing["ids"]:
+            collection.delete(ids=pointing["ids"])
+        return
+    ids = [*pointing["ids"], alias_id(item_key(old))]
+    documents = [*pointing["documents"], old.content]
+    meta = {**_owner(successor), ALIAS_OF: item_key(successor)}
+    collection.upsert(ids=ids, documents=documents, metadatas=[meta] * len(ids))
+
+
+def aliases_of(ids: Iterable[str]) -> list[str]:
+    """The alias ids these memories' words may have left (to delete with them)."""
+    return [alias_id(item_id) for item_id in ids]
+
+
+def _successor(meta: Mapping[str, Any] | None) -> str:
+    return str((meta or {})[ALIAS_OF])
+
+
+def _owner(item: MemoryItem) -> dict[str, Any]:
+    """The bucket fields of an alias: whose words they are, for the layout's owner checks."""
+    meta = item.metadata()
+    return {key: meta[key] for key in ("scope", "persona_id") if key in meta}
