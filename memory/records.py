@@ -16,6 +16,15 @@ from memory.items import MemoryItem, Scope
 
 log = logging.getLogger("cyrene.memory")
 
+ALIAS_OF = "alias_of"
+"""The metadata key of an alias record: a superseded memory's words, which find its
+successor (`memory.aliases`). An alias is no memory: `records` skips it."""
+
+
+def is_alias(meta: Mapping[str, Any] | None) -> bool:
+    """Whether a record's metadata is an alias's."""
+    return meta is not None and ALIAS_OF in meta
+
 
 def may_read(item: MemoryItem, reader: str | None, restricted: bool) -> bool:
     """The second guard: a persona memory reaches only its own persona, never a restricted read.
@@ -93,17 +102,8 @@ def prune(collection: Collection, written: Mapping[str, Set[str]]) -> int:
     ]
     if stale:
         collection.delete(ids=stale)
+        collection.delete(where={ALIAS_OF: {"$in": stale}})  # the words they held as aliases
     return len(stale)
-
-
-ALIAS_OF = "alias_of"
-"""The metadata key of an alias record: a superseded memory's words, which find its
-successor (`memory.aliases`). An alias is no memory: `records` skips it."""
-
-
-def is_alias(meta: Mapping[str, Any] | None) -> bool:
-    """Whether a record's metadata is an alias's."""
-    return meta is not None and ALIAS_OF in meta
 
 
 def records(got: Mapping[str, Any]) -> list[MemoryItem]:

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import pytest
 
-from memory import HashingEmbedding, MemoryItem, MemoryStore, MultilingualEmbedding, Scope
+from memory import (
+    HashingEmbedding,
+    MemoryItem,
+    MemoryStore,
+    MultilingualEmbedding,
+    Scope,
+    Source,
+)
 from memory.planning import recall
 from memory.records import ALIAS_OF
 from tests.conftest import human
@@ -113,3 +120,17 @@ def test_aliases_are_re_embedded_with_their_bucket(tmp_path):
         lexical.supersede(old.id, fact(NEW))
     with MemoryStore.open(tmp_path / "m", MultilingualEmbedding(), clock=lambda: NOW) as store:
         assert found(store, ASKED_THE_OLD_WAY)[0] == NEW
+
+
+def test_a_successor_pruned_after_a_crash_takes_its_aliases(store):
+    """A re-run extraction deletes what an earlier run stored beyond its own items; the
+    words such a memory held as aliases go with it."""
+    old = fact("主人每天开车上班")
+    store.add(old)
+    new = fact("主人现在改坐地铁通勤了").model_copy(update={"source": Source(extraction="run-1")})
+    store.supersede(old.id, new)
+    assert store.prune_extractions({"run-1": set()}) == 1
+    assert found(store, "我每天开车上班吗？") == []
+    for collection in store._stored():
+        metadatas = collection.get(include=["metadatas"])["metadatas"]
+        assert not [m for m in metadatas if ALIAS_OF in (m or {})], collection.name
