@@ -96,17 +96,15 @@ def _twin(
 ) -> MemoryItem | None:
     """The live memory `new` near-duplicates, if any.
 
-    The store's cosines of its nearest memories come with the search; a memory
-    shown to the extractor outside them is embedded only when the nearest
-    reach the threshold (otherwise it is farther, so no duplicate), and the
-    batch's earlier facts always are.
+    The store's cosines of its nearest memories at the threshold or closer come
+    with the search; a memory shown to the extractor outside them is embedded
+    only when all the nearest are that close (otherwise it is farther, so no
+    duplicate), and the batch's earlier facts always are.
     """
-    nearest = list(store.nearest(new.content, persona_id, k=_NEIGHBOURS))
+    nearest = list(store.nearest(new.content, persona_id, k=_NEIGHBOURS, min_cosine=threshold))
     found = {item.id for item, _ in nearest}
-    farthest = nearest[-1][1] if len(nearest) == _NEIGHBOURS else -1.0
-    others = (
-        [item for item in shown.values() if item.id not in found] if farthest >= threshold else []
-    )
+    crowded = len(nearest) == _NEIGHBOURS  # all that close: a duplicate may lie beyond them
+    others = [item for item in shown.values() if item.id not in found] if crowded else []
     others += fresh
     pairs = nearest + list(
         zip(others, store.similarities(new.content, [i.content for i in others]), strict=True)

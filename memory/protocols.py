@@ -67,10 +67,11 @@ class FindsNeighbours(Protocol):
     """
 
     def nearest(
-        self, text: str, persona_id: str | None = None, k: int = 8
+        self, text: str, persona_id: str | None = None, k: int = 8, min_cosine: float = -1.0
     ) -> Sequence[tuple[MemoryItem, float]]:
         """The `k` memories `persona_id` may read (unrestricted) closest to `text`, with
-        their embedding cosine (in [-1, 1]), closest first: no fusion, no decay."""
+        their embedding cosine (in [-1, 1]), closest first: no fusion, no decay; only
+        those at `min_cosine` or closer."""
         ...
 
     def similarities(self, text: str, others: Sequence[str]) -> Sequence[float]:

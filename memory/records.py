@@ -102,7 +102,8 @@ def prune(collection: Collection, written: Mapping[str, Set[str]]) -> int:
     ]
     if stale:
         collection.delete(ids=stale)
-        collection.delete(where={ALIAS_OF: {"$in": stale}})  # the words they held as aliases
+        aliases: Any = {ALIAS_OF: {"$in": stale}}
+        collection.delete(where=aliases)  # the words they held as aliases
     return len(stale)
 
 

@@ -97,6 +97,8 @@ def test_restating_the_old_fact_is_stored_again_not_a_duplicate_of_its_successor
     store.supersede(old.id, new)
     assert [item.id for item, _ in store.nearest("主人每天开车上班")] == [new.id]
     assert all(cosine < 0.86 for _, cosine in store.nearest("主人每天开车上班"))
+    assert store.nearest("主人每天开车上班", min_cosine=0.86) == []
+    assert [i.id for i, _ in store.nearest("主人现在改坐地铁通勤了", min_cosine=0.86)] == [new.id]
 
 
 def test_the_extractor_is_shown_an_old_fact_that_fresher_notes_would_bury(store):
