@@ -61,19 +61,21 @@ class Lifecycle:
             ValueError: a persona-scope `new` without `persona_id`.
         """
         when = self.clock() if at is None else at
-        found = self._find(item_id)
-        old = records(found[1])[0] if found is not None else None
-        # A replacement forgotten since took what it replaced with it: no history, no alias.
-        current = not _forgotten_since(self._history.entries([str(new.id)]), new, when)
-        if current:
-            if old is not None:
+        with self._gate.shared():  # no erasure runs beside these calls (`memory.erasure`)
+            found = self._find(item_id)
+            old = records(found[1])[0] if found is not None else None
+            # A replacement forgotten since took what it replaced with it: no history, no alias.
+            current = not _forgotten_since(self._history.entries([str(new.id)]), new, when)
+            if current and old is not None:
                 self._history.superseded(old, by=str(new.id), at=when)
-            self.add_many([new])
+        if current:
+            self.add_many([new])  # takes the gate itself (it is not reentrant)
         if found is None or old is None:
             return False
-        if current:
-            leave_alias(found[0], old, new)
-        found[0].delete(ids=[item_id])
+        with self._gate.shared():
+            if current:
+                leave_alias(found[0], old, new)
+            found[0].delete(ids=[item_id])
         return True
 
     def forget(self, item_id: str, *, at: float | None = None) -> bool:
@@ -91,12 +93,14 @@ class Lifecycle:
             True when there was something to forget.
         """
         when = self.clock() if at is None else at
-        found = self._find(item_id)
-        kept = self._history.entry(item_id)
+        with self._gate.shared():
+            found = self._find(item_id)
+            kept = self._history.entry(item_id)
+            ancestry = self._history.ancestry(item_id)
         subject = records(found[1])[0] if found is not None else kept.item if kept else None
         if subject is None:  # unknown, or already forgotten
             return False
-        older = [e.item for e in self._history.ancestry(item_id) if e.item is not None]
+        older = [e.item for e in ancestry if e.item is not None]
         owners = {str(i.id): (i.scope.value, i.persona_id) for i in [subject, *older]}
         ids = builtins.list(owners)
         words = aliases_of(ids)
@@ -143,7 +147,10 @@ class Lifecycle:
         """Apply planned changes (`memory.operations`), idempotently: adds, then supersedes
         and forgets in order (`memory.protocols.AppliesChanges`)."""
         adding = [c for c in changes if c.action == "add" and c.item is not None]
-        known = self._history.entries([str(c.item.id) for c in adding if c.item]) if adding else {}
+        with self._gate.shared():
+            known = (
+                self._history.entries([str(c.item.id) for c in adding if c.item]) if adding else {}
+            )
         adds = [c.item for c in adding if c.item and not _forgotten_since(known, c.item, c.at)]
         if adds:
             self.add_many(adds)
