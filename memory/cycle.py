@@ -27,7 +27,8 @@ An embedded Chroma call holds the interpreter for its whole run (here about
 5 ms a call plus 0.35 ms an item), so every step gives way to turns: before
 each store or ledger call it sleeps `YIELD` (a turn that is starting gets to
 register in `TURNS`) and then waits for no turn in flight, but only until the
-cycle's deadline. Items go in chunks of `QUIET_CHUNK` while no turn runs (a
+deadline it is given: the cycle's for the writes, now for the reads and claims
+that start a cycle (`memory.pipeline`), so that new jobs extract meanwhile. Items go in chunks of `QUIET_CHUNK` while no turn runs (a
 turn that starts waits for one small chunk at most) and of `BUSY_CHUNK` once
 forced.
 """
