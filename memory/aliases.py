@@ -38,9 +38,9 @@ def alias_id(item_id: str) -> str:
 
 def resolve(
     collection: Collection, found: Mapping[str, Any]
-) -> list[tuple[MemoryItem, str, bool, float]]:
-    """A query's hits in one collection as (memory, the text that matched, whether through an
-    alias, distance): an alias's hit is its successor's, matched by the alias's words."""
+) -> list[tuple[MemoryItem, str, float]]:
+    """A query's hits in one collection as (memory, the text that matched, distance): an
+    alias's hit is its successor's, matched by the alias's words."""
     rows = list(
         zip(
             found["ids"][0],
@@ -57,10 +57,9 @@ def resolve(
         items.update((item_key(item), item) for item in records(got))
     hits = []
     for item_id, document, meta, distance in rows:
-        alias = is_alias(meta)
-        item = items.get(_successor(meta) if alias else item_id)
+        item = items.get(_successor(meta) if is_alias(meta) else item_id)
         if item is not None:  # an alias whose successor went (pruned) matches nothing
-            hits.append((item, document, alias, distance))
+            hits.append((item, document, distance))
     return hits
 
 

@@ -89,7 +89,7 @@ class Search:
         # Oversample so that fusion and decay can reorder.
         hits = self._closest(vector, reader, restricted, max(k * 2, _POOL))
         relevances = self.fusion.relevances(
-            asked, [text for _, text, _, _ in hits], [distance for *_, distance in hits]
+            asked, [text for _, text, _ in hits], [distance for _, _, distance in hits]
         )
         best: dict[str, tuple[MemoryItem, float]] = {}  # a memory, and its words' alias
         for (item, *_), relevance in zip(hits, relevances, strict=True):
@@ -148,12 +148,12 @@ class Search:
 
     def _closest(
         self, vector: Any, reader: str | None, restricted: bool, n: int
-    ) -> builtins.list[tuple[MemoryItem, str, bool, float]]:
+    ) -> builtins.list[tuple[MemoryItem, str, float]]:
         """Up to `n` nearest records of each bucket the reader may read, as (memory, the text
-        that matched, whether through an alias, distance: the store's space is cosine);
-        memories it may not read are dropped loudly."""
+        that matched, distance: the store's space is cosine); memories it may not read are
+        dropped loudly."""
 
-        def nearest(collection: Collection) -> builtins.list[tuple[MemoryItem, str, bool, float]]:
+        def nearest(collection: Collection) -> builtins.list[tuple[MemoryItem, str, float]]:
             # Chroma caps n_results at the collection's count.
             found: Mapping[str, Any] = collection.query(
                 query_embeddings=[vector],
