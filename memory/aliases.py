@@ -20,20 +20,18 @@ one bucket's words into another's index.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from chromadb.api.models.Collection import Collection
 
-from memory.items import MemoryItem
+from memory.items import RESERVED_ID_PREFIX, MemoryItem
 from memory.records import ALIAS_OF, is_alias, item_key, records
-
-_PREFIX = "alias:"
 
 
 def alias_id(item_id: str) -> str:
     """The id of the alias that memory `item_id`'s words leave behind."""
-    return f"{_PREFIX}{item_id}"
+    return f"{RESERVED_ID_PREFIX}{item_id}"
 
 
 def resolve(
@@ -79,9 +77,15 @@ def leave_alias(collection: Collection, old: MemoryItem, successor: MemoryItem) 
     collection.upsert(ids=ids, documents=documents, metadatas=[meta] * len(ids))
 
 
-def aliases_of(ids: Iterable[str]) -> list[str]:
-    """The alias ids these memories' words may have left (to delete with them)."""
-    return [alias_id(item_id) for item_id in ids]
+def drop_aliases(collection: Collection, ids: Sequence[str]) -> list[str]:
+    """Delete the aliases these memories' words left and those that point to them; the ids
+    whose records the erasure must scrub (an alias of theirs deleted earlier, when its chain
+    moved to another bucket, included)."""
+    own = [alias_id(i) for i in ids]
+    pointing: Any = {ALIAS_OF: {"$in": list(ids)}}
+    gone = list(dict.fromkeys([*own, *collection.get(where=pointing, include=[])["ids"]]))
+    collection.delete(ids=gone)
+    return gone
 
 
 def _successor(meta: Mapping[str, Any] | None) -> str:

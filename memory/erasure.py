@@ -11,8 +11,15 @@ So after Chroma deletes the records, `Eraser.erase` removes the document from
 their queue entries (the entries stay, so a segment that replays them still
 sees the add and then the delete), merges the full-text index (`optimize`),
 and `VACUUM`s the file; the extraction ledger's WAL is checkpointed and
-truncated, since a plan once held the text. The vector index files hold
-vectors and ids, no text.
+truncated, since a plan once held the text.
+
+Not covered: Chroma's vector index files (`data_level0.bin`) hold vectors and
+ids, and in the index's unused capacity whatever bytes the process's memory
+held there. A probe found text of this process in it (forgotten text of a store
+closed earlier in the same process, once of the same store), intermittently.
+Chroma rewrites the file from that buffer, so scrubbing it would not last;
+a process that must not keep forgotten text anywhere should open each store
+in a process of its own.
 
 Chroma's Rust core has its own SQLite, and POSIX locks do not tell two SQLite
 copies in one process apart, so this process must not run a Chroma call while

@@ -102,6 +102,8 @@ class History:
 
     def entries(self, ids: Sequence[str]) -> dict[str, HistoryEntry]:
         """The entries these ids have (one read), by id."""
+        if not ids:
+            return {}
         got = self.records().get(ids=list(dict.fromkeys(ids)), include=["documents", "metadatas"])
         return {got["ids"][n]: _entry(got, n) for n in range(len(got["ids"]))}
 

@@ -68,6 +68,10 @@ class Source(BaseModel):
     _clean = field_validator("session_id", "message_id", "extraction")(_clean_optional)
 
 
+RESERVED_ID_PREFIX = "alias:"
+"""Ids the store keeps for the words a superseded memory leaves behind (`memory.aliases`)."""
+
+
 class MemoryItem(BaseModel):
     """One long-term memory."""
 
@@ -98,6 +102,14 @@ class MemoryItem(BaseModel):
         return value
 
     _clean_persona = field_validator("persona_id")(_clean_optional)
+
+    @field_validator("id")
+    @classmethod
+    def _not_reserved(cls, value: str | None) -> str | None:
+        """A memory named like an alias would be deleted with the memory it names."""
+        if value is not None and value.startswith(RESERVED_ID_PREFIX):
+            raise ValueError(f"id: {RESERVED_ID_PREFIX!r} ids are the store's own (aliases)")
+        return value
 
     @model_validator(mode="after")
     def _persona_matches_scope(self) -> MemoryItem:

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from memory.aliases import aliases_of, leave_alias
+from memory.aliases import drop_aliases, leave_alias
 from memory.erasure import Eraser, Gate
 from memory.history import History, HistoryEntry
 from memory.items import MemoryItem
@@ -41,7 +41,9 @@ class Lifecycle:
 
         def _find(self, item_id: str) -> tuple[Collection, Mapping[str, Any]] | None: ...
         def _stored(self) -> builtins.list[Collection]: ...
+        def _stored_ids(self, ids: builtins.list[str]) -> set[str]: ...
         def add_many(self, items: Iterable[MemoryItem]) -> builtins.list[str]: ...
+        def _write(self, items: Iterable[MemoryItem]) -> builtins.list[str]: ...
         def get(self, item_id: str) -> MemoryItem | None: ...
 
     def supersede(self, item_id: str, new: MemoryItem, *, at: float | None = None) -> bool:
@@ -61,18 +63,21 @@ class Lifecycle:
             ValueError: a persona-scope `new` without `persona_id`.
         """
         when = self.clock() if at is None else at
-        with self._gate.shared():  # no erasure runs beside these calls (`memory.erasure`)
+        with self._gate.shared():  # one hold: no forget falls between these steps
             found = self._find(item_id)
             old = records(found[1])[0] if found is not None else None
             # A replacement forgotten since took what it replaced with it: no history, no alias.
             current = not _forgotten_since(self._history.entries([str(new.id)]), new, when)
-            if current and old is not None:
-                self._history.superseded(old, by=str(new.id), at=when)
-        if current:
-            self.add_many([new])  # takes the gate itself (it is not reentrant)
-        if found is None or old is None:
-            return False
-        with self._gate.shared():
+            if str(new.id) == item_id:  # the same record rewritten (a re-run's own item)
+                if current:
+                    self._write([new])
+                return old is not None
+            if current:
+                if old is not None:
+                    self._history.superseded(old, by=str(new.id), at=when)
+                self._write([new])
+            if found is None or old is None:
+                return False
             if current:
                 leave_alias(found[0], old, new)
             found[0].delete(ids=[item_id])
@@ -97,18 +102,19 @@ class Lifecycle:
             found = self._find(item_id)
             kept = self._history.entry(item_id)
             ancestry = self._history.ancestry(item_id)
+            # A replaced fact stated again since is live again: it is not this memory's to take.
+            restated = self._stored_ids([e.item_id for e in ancestry])
         subject = records(found[1])[0] if found is not None else kept.item if kept else None
         if subject is None:  # unknown, or already forgotten
             return False
-        older = [e.item for e in ancestry if e.item is not None]
+        older = [e.item for e in ancestry if e.item is not None and e.item_id not in restated]
         owners = {str(i.id): (i.scope.value, i.persona_id) for i in [subject, *older]}
         ids = builtins.list(owners)
-        words = aliases_of(ids)
         with self._gate.exclusive():
             if found is not None:
                 found[0].delete(ids=[item_id])
-            for collection in self._stored():  # the words they left as aliases go too
-                collection.delete(ids=words)
+            # The words they left as aliases go too, and any alias that pointed to them.
+            words = list(dict.fromkeys(w for c in self._stored() for w in drop_aliases(c, ids)))
             self._history.forgotten(ids, owners, when)
             if self._eraser is not None:
                 self._eraser.erase([*ids, *words])

@@ -123,19 +123,23 @@ class Search:
         vector = self.embedding_function.embed_query([clean_text(text)])[0]
 
         def close(collection: Collection) -> builtins.list[tuple[MemoryItem, float]]:
-            found: Mapping[str, Any] = collection.query(
-                query_embeddings=[vector], n_results=2 * k, include=["distances"]
-            )
-            cosine = {
-                i: 1.0 - d
-                for i, d in zip(found["ids"][0], found["distances"][0], strict=True)
-                if 1.0 - d >= min_cosine
-            }
-            if not cosine:
-                return []
-            # `records` skips aliases: an old fact's words are no copy of what replaced them.
-            got = collection.get(ids=builtins.list(cosine), include=["documents", "metadatas"])
-            return [(item, cosine[item_key(item)]) for item in records(got)]
+            # `records` skips aliases (an old fact's words are no copy of what replaced
+            # them), so when they fill the rows read, more rows are read.
+            n = 2 * k
+            while True:
+                found: Mapping[str, Any] = collection.query(
+                    query_embeddings=[vector], n_results=n, include=["distances"]
+                )
+                rows = builtins.list(zip(found["ids"][0], found["distances"][0], strict=True))
+                cosine = {i: 1.0 - d for i, d in rows if 1.0 - d >= min_cosine}
+                if not cosine:  # (a `get` of no ids reads the whole collection)
+                    return []
+                got = collection.get(ids=builtins.list(cosine), include=["documents", "metadatas"])
+                items = [(item, cosine[item_key(item)]) for item in records(got)]
+                # Enough, or nothing closer is left: every row read, or some too far.
+                if len(items) >= k or len(rows) < n or len(cosine) < len(rows):
+                    return items
+                n *= 4
 
         found = [hit for hits in self._each_bucket(close, reader, False) for hit in hits]
         found = [hit for hit in found if may_read(hit[0], reader, False)]

@@ -261,6 +261,12 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         self._live()
         return [c for c in self.client.list_collections() if ours(c)]
 
+    def _stored_ids(self, ids: builtins.list[str]) -> set[str]:
+        """Which of these ids are live memories (in any bucket)."""
+        if not ids:
+            return set()
+        return {i for c in self._stored() for i in c.get(ids=ids, include=[])["ids"]}
+
     def _find(self, item_id: str) -> tuple[Collection, Mapping[str, Any]] | None:
         for collection in self._stored():
             got = collection.get(ids=[item_id], include=["documents", "metadatas"])
@@ -303,6 +309,11 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
             ValueError: a persona-scope item without `persona_id` (nothing is written).
             MemoryWriteError: some items could not be stored; every other one was.
         """
+        with self._gate.shared():
+            return self._write(items)
+
+    def _write(self, items: Iterable[MemoryItem]) -> builtins.list[str]:
+        """`add_many`, for a caller that holds the gate (it is not reentrant)."""
         items = builtins.list(items)
         for item in items:
             if not isinstance(item, MemoryItem):
@@ -313,12 +324,11 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         for item in unique.values():
             by_bucket.setdefault(item.bucket, []).append(item)
         failed: builtins.list[tuple[MemoryItem, BaseException]] = []
-        with self._gate.shared():
-            for bucket, group in by_bucket.items():
-                collection = self._collection(bucket, create=True)
-                assert collection is not None  # create=True always yields one
-                for start in range(0, len(group), _BATCH):
-                    failed += upsert_each(collection, group[start : start + _BATCH])
+        for bucket, group in by_bucket.items():
+            collection = self._collection(bucket, create=True)
+            assert collection is not None  # create=True always yields one
+            for start in range(0, len(group), _BATCH):
+                failed += upsert_each(collection, group[start : start + _BATCH])
         if failed:
             self.failed_writes += len(failed)
             for item, exc in failed:

@@ -6,6 +6,9 @@ Real embedded stores with the default embedding; supersedes go through the store
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from memory import (
@@ -136,3 +139,77 @@ def test_a_successor_pruned_after_a_crash_takes_its_aliases(store):
     for collection in store._stored():
         metadatas = collection.get(include=["metadatas"])["metadatas"]
         assert not [m for m in metadatas if ALIAS_OF in (m or {})], collection.name
+
+
+def test_superseding_a_memory_with_its_own_id_rewrites_it(store):
+    """A re-run extraction's fact has the id of its earlier run's: superseding that one with
+    it rewrites the record; it must not delete what it just wrote."""
+    first = fact("主人的航班是明早七点").model_copy(update={"id": "run-item-0"})
+    store.add(first)
+    again = fact("主人的航班是明早八点").model_copy(update={"id": "run-item-0"})
+    assert store.supersede("run-item-0", again)
+    assert [i.content for i in store.list()] == ["主人的航班是明早八点"]
+    assert found(store, "我的航班几点？") == ["主人的航班是明早八点"]
+
+
+def test_ids_of_the_aliases_namespace_are_refused_at_the_boundary(store):
+    with pytest.raises(ValueError, match="the store's own"):
+        MemoryItem(content="主人的护照号码是E12345678", id="alias:whatever")
+
+
+def test_a_forget_during_a_supersede_leaves_no_words_behind(tmp_path):
+    """supersede holds the store while it works, so a forget of the same memory comes
+    before or after it, never between its steps (which brought the text back as an alias)."""
+
+    class SlowWrites(MemoryStore):
+        def _write(self, items):
+            time.sleep(0.3)
+            return super()._write(items)
+
+    with SlowWrites.open(tmp_path / "memory", clock=lambda: NOW) as store:
+        secret = fact("主人的银行卡密码是七七八八")
+        store.add(secret)
+        replacing = threading.Thread(
+            target=store.supersede, args=(secret.id, fact("主人换了一张新银行卡"))
+        )
+        replacing.start()
+        time.sleep(0.1)
+        assert store.forget(secret.id)
+        replacing.join()
+        assert found(store, "银行卡密码是七七八八吗") in ([], ["主人换了一张新银行卡"])
+        for collection in store._stored():
+            assert "主人的银行卡密码是七七八八" not in collection.get()["documents"]
+    on_disk = b"".join(p.read_bytes() for p in (tmp_path / "memory").rglob("*") if p.is_file())
+    assert "七七八八".encode() not in on_disk
+
+
+def test_forgetting_a_fact_leaves_a_replaced_fact_stated_again_since(store):
+    """A → B, then A is said again (live again), then B is forgotten: A stays, whole."""
+    a, b = fact("主人住在北京"), fact("主人搬到了上海")
+    store.add(a)
+    store.supersede(a.id, b)
+    store.add(a)
+    assert store.forget(b.id)
+    assert [i.content for i in store.list()] == ["主人住在北京"]
+    assert store.history(a.id)[-1].state == "live"
+    assert found(store, "我住在哪？") == ["主人住在北京"]
+
+
+def test_aliases_never_crowd_a_live_memory_out_of_the_nearest(store):
+    """`nearest` reads more rows while aliases fill those it read."""
+    live = fact("主人很喜欢喝冰美式咖啡")
+    store.add(live)
+    asked = "主人最喜欢的饮料是冰美式咖啡"
+    variants = [asked + mark for mark in "。！～…!?.,；：、~"] + [
+        mark + asked for mark in "“「（【《"
+    ]
+    previous = fact(variants[0])
+    store.add(previous)
+    for text in variants[1:]:
+        following = fact(text)
+        store.supersede(previous.id, following)
+        previous = following
+    store.supersede(previous.id, fact("主人已经戒掉了所有含咖啡因的饮料"))
+    assert [i.content for i, _ in store.nearest(asked, k=1)] == ["主人很喜欢喝冰美式咖啡"]
+    close = store.nearest(asked, k=1, min_cosine=0.86)
+    assert [i.content for i, _ in close] == ["主人很喜欢喝冰美式咖啡"]
