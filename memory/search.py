@@ -125,7 +125,7 @@ class Search:
         def close(collection: Collection) -> builtins.list[tuple[MemoryItem, float]]:
             # `records` skips aliases (an old fact's words are no copy of what replaced
             # them), so when they fill the rows read, more rows are read.
-            n = 2 * k
+            n = k
             while True:
                 found: Mapping[str, Any] = collection.query(
                     query_embeddings=[vector], n_results=n, include=["distances"]
