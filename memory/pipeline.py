@@ -8,7 +8,7 @@ ledger and starts their extraction; while they extract it gives way to turns,
 then writes what is extracted (these jobs' and earlier ones') and marks done or
 lost in one write per ledger. A job whose extractor is quick is therefore
 claimed, extracted and stored in one cycle (`python -m tests.bench.extraction`:
-a p95 lag of 0.99 s under load; 2.5 s when claiming and storing took two cycles).
+a p95 lag of ~1 s under load; 2.5 s when claiming and storing took two cycles).
 The steps, and what a failure in each costs a job, are in `memory.cycle`.
 
 Writes give way to turns (an embedded Chroma call holds the interpreter), but
