@@ -10,7 +10,7 @@ successor: a record `alias:<old id>` whose metadata names the successor
 is never returned, listed or exported, and the near-duplicate check ignores it
 (restating an old fact is not a duplicate of its replacement). On the update
 pairs of `tests/data/memory_recall.jsonl` the new fact came first for 21 of
-32 questions without aliases and for 26 with them (`python -m tests.bench.memory`).
+32 questions without aliases and for 25 with them (`python -m tests.bench.memory`).
 
 Aliases follow the chain (when the successor is superseded in turn, they
 point to the newest), go with it when it is forgotten, and are re-embedded with
@@ -39,21 +39,16 @@ def resolve(
 ) -> list[tuple[MemoryItem, str, float]]:
     """A query's hits in one collection as (memory, the text that matched, distance): an
     alias's hit is its successor's, matched by the alias's words."""
-    rows = list(
-        zip(
-            found["ids"][0],
-            found["documents"][0],
-            found["metadatas"][0],
-            found["distances"][0],
-            strict=True,
-        )
-    )
-    items = {i: MemoryItem.from_record(i, d, m or {}) for i, d, m, _ in rows if not is_alias(m)}
-    missing = list({_successor(m) for _, _, m, _ in rows if is_alias(m)} - set(items))
+    first = {key: found[key][0] for key in ("ids", "documents", "metadatas", "distances")}
+    items = {item_key(item): item for item in records(first)}
+    missing = list({_successor(m) for m in first["metadatas"] if is_alias(m)} - set(items))
     if missing:
         got = collection.get(ids=missing, include=["documents", "metadatas"])
         items.update((item_key(item), item) for item in records(got))
     hits = []
+    rows = zip(
+        first["ids"], first["documents"], first["metadatas"], first["distances"], strict=True
+    )
     for item_id, document, meta, distance in rows:
         item = items.get(_successor(meta) if is_alias(meta) else item_id)
         if item is not None:  # an alias whose successor went (pruned) matches nothing
@@ -64,17 +59,19 @@ def resolve(
 def leave_alias(collection: Collection, old: MemoryItem, successor: MemoryItem) -> None:
     """Before `old` leaves `collection` for `successor`: its words, and those of the aliases
     that pointed to it, point to `successor` (or, in another bucket, go)."""
-    pointing: Mapping[str, Any] = collection.get(
-        where={ALIAS_OF: item_key(old)}, include=["documents"]
-    )
+    pointing = collection.get(where={ALIAS_OF: item_key(old)}, include=[])["ids"]
     if successor.bucket != old.bucket:
-        if pointing["ids"]:
-            collection.delete(ids=pointing["ids"])
+        if pointing:
+            collection.delete(ids=pointing)
         return
-    ids = [*pointing["ids"], alias_id(item_key(old))]
-    documents = [*pointing["documents"], old.content]
     meta = {**_owner(successor), ALIAS_OF: item_key(successor)}
-    collection.upsert(ids=ids, documents=documents, metadatas=[meta] * len(ids))
+    if pointing:  # their words and vectors stay; only what they point to changes
+        collection.update(ids=pointing, metadatas=[meta] * len(pointing))
+    # The old memory's stored vector, not a new embedding of its words.
+    vector = collection.get(ids=[item_key(old)], include=["embeddings"])["embeddings"]
+    collection.upsert(
+        ids=[alias_id(item_key(old))], documents=[old.content], embeddings=vector, metadatas=[meta]
+    )
 
 
 def drop_aliases(collection: Collection, ids: Sequence[str]) -> list[str]:

@@ -28,9 +28,9 @@ An embedded Chroma call holds the interpreter for its whole run (here about
 each store or ledger call it sleeps `YIELD` (a turn that is starting gets to
 register in `TURNS`) and then waits for no turn in flight, but only until the
 deadline it is given: the cycle's for the writes, now for the reads and claims
-that start a cycle (`memory.pipeline`), so that new jobs extract meanwhile. Items go in chunks of `QUIET_CHUNK` while no turn runs (a
-turn that starts waits for one small chunk at most) and of `BUSY_CHUNK` once
-forced.
+that start a cycle (`memory.pipeline`), so that new jobs extract meanwhile.
+Items go in chunks of `QUIET_CHUNK` while no turn runs (a turn that starts
+waits for one small chunk at most) and of `BUSY_CHUNK` once forced.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Memory operations: what an extractor may ask for, and the changes the loop makes of them.
 
 An extractor that implements `extract_operations(messages, memories)`
-(`memory.protocols.ExtractsOperations`) is shown (`memory.planning.recall`) the readable memories most
-similar to the conversation, numbered 1..N (`Recalled.handle`), and answers
+(`memory.protocols.ExtractsOperations`) is shown (`memory.planning.recall`)
+the readable memories most similar to the conversation, numbered 1..N (`Recalled.handle`), and answers
 with operations: `Add` a fact, `Supersede` handle N with a new fact, `Forget`
 handle N, or nothing (an empty list). Small integer handles, as mem0 does:
 a model can point only at a memory it was shown, never invent an id. A plain

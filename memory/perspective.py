@@ -6,9 +6,10 @@ the owner asks in the first person ("我的宠物叫什么名字？", "Can I hav
 milkshake?"). In an owner session, the one reader whose "I" is the owner, a search
 embeds the question and its owner-perspective rewrite in one batch and searches
 along their mean direction; the lexical half of the fusion takes the better of
-the two readings (English recall@1 0.56 → 0.64 on the set). Replacing the question outright did worse on the recall
-set (`python -m tests.bench.memory`): it loses what a first-person memory ("我喜欢
-乌龙茶", stored word for word) shares with the question.
+the two readings (English recall@1 0.56 → 0.64 on the set). Replacing the
+question outright did worse on the recall set (`python -m tests.bench.memory`):
+it loses what a first-person memory ("我喜欢乌龙茶", stored word for word)
+shares with the question.
 """
 
 from __future__ import annotations
