@@ -24,9 +24,18 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-from memory.cycle import MAX_ATTEMPTS, MAX_BACKOFF, RETRY_DELAYS, claim, decide, mark, store_items
+from memory.cycle import (
+    MAX_ATTEMPTS,
+    MAX_BACKOFF,
+    RETRY_DELAYS,
+    claim,
+    decide,
+    mark,
+    store_items,
+)
 from memory.jobs import ExtractionJob, run_with_deadline
 from memory.operations import planned
 
@@ -150,6 +159,14 @@ class Pipeline:
         # the interpreter), so the new jobs extract while the cycle gives way before writing.
         plan = decide(fresh, now)
         claimed, beaten, unclaimed = claim(plan.claims, now)
+        if fresh and log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "cycle: claimed %s; beaten %s; later %s; skipped %s",
+                _keys(claimed),
+                _keys(beaten),
+                _keys(job for job, _ in plan.later),
+                _keys(plan.skipped),
+            )
         for job in claimed:
             if job.changes is None:
                 self._extract(job)
@@ -169,6 +186,12 @@ class Pipeline:
             if job in marked:
                 self._lose(job)
         unmarked = [j for j in (*stored, *plan.lost) if j not in marked]
+        if marked and log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "cycle: done %s; lost %s",
+                _keys(j for j in marked if j not in plan.lost),
+                _keys(j for j in marked if j in plan.lost),
+            )
         for job in (*unstored, *plan.unreadable, *unclaimed, *unmarked):
             self._set_back(job)
         for job in plan.skipped:
@@ -250,3 +273,8 @@ class Pipeline:
             job.abandon,
         )
         self.settle(job.key)
+
+
+def _keys(jobs: Iterable[ExtractionJob]) -> str:
+    """Jobs for a debug line: each key's start and the message its turn answered."""
+    return " ".join(f"{j.key[:8]}({j.source.message_id})" for j in jobs) or "-"

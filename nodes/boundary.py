@@ -146,7 +146,8 @@ def admit_command(command: Command, rules: Rules) -> Command:
 
 TRUSTED_STATE_KEYS = frozenset({"summary", "mood", "capacity", "image_descriptions"})
 """State a developer may set with `update_state`, wrapped in `Trusted`: the loop's own
-bookkeeping, checked for shape. `pending_extractions` and `model_view` are never set."""
+bookkeeping, checked for shape. `pending_extractions`, `extracted_through` and `model_view`
+are never set."""
 
 
 def admit_state_update(values: Any) -> Any:

@@ -1,15 +1,18 @@
 """One loop process of the crash matrix: run a turn, SIGKILL itself at a chosen point, or recover.
 
-    python -m tests.crash_matrix_worker CHECKPOINT_URL DATA_DIR POINT start|recover
+    python -m tests.crash_matrix_worker CHECKPOINT_URL DATA_DIR POINT start|recover|next
 
 POINT is where the `start` run kills itself with SIGKILL (a real `kill -9`,
-not an exception): `node:<name>` right after that node's update streams,
+not an exception): `node:<name>` right after that node's first update streams,
+`reply` right after the final reply's update (before the turn's extraction),
 `model` inside the first model call, `tool` inside the second tool call,
 `extraction` inside the background extractor after the reply returned.
 `recover` starts fresh on the same thread: it resumes an interrupted turn
 (if any), lets pending extractions finish, and writes a JSON report of what
-it finds to DATA_DIR/report.json. Every tool run and extractor run is
-appended to DATA_DIR/events.log, so the parent can count them.
+it finds to DATA_DIR/report.json. `next` starts fresh too, but instead of
+resuming it sends the owner's next message, as a user who never knew of the
+crash would. Every tool run and extractor run is appended to
+DATA_DIR/events.log, so the parent can count them.
 """
 
 from __future__ import annotations
@@ -35,10 +38,15 @@ from graph import (
 )
 from memory import MemoryItem, MemoryStore, Scope
 from tests.scripted import ScriptedChatModel, call, tool_calls
+from tests.workers_worker import turn_humans
 
 THREAD = {"configurable": {"thread_id": os.environ.get("CRASH_THREAD", "matrix")}}
 USER_TEXT = "帮我查两件事，记住我喜欢爬山"
 MEMORY = "主人喜欢爬山"
+NEXT_TEXT = "还有，记住我也喜欢游泳"
+NEXT_MEMORY = "主人也喜欢游泳"
+NEXT_REPLY = "好的，记住了"
+MEMORY_OF = {"u1": MEMORY, "u2": NEXT_MEMORY}
 
 
 def main() -> None:
@@ -67,6 +75,8 @@ def main() -> None:
 
     def reply(messages: list[BaseMessage]) -> AIMessage:
         die_at("model")
+        if any(m.id == "u2" for m in turn_humans(messages)):
+            return AIMessage(NEXT_REPLY)
         if isinstance(messages[-1], ToolMessage):
             return AIMessage(
                 "查好了：" + "，".join(str(m.content) for m in messages if m.type == "tool")
@@ -79,7 +89,10 @@ def main() -> None:
         def extract(self, messages: list[BaseMessage]) -> list[MemoryItem]:
             event("extract")
             die_at("extraction")
-            return [MemoryItem(content=MEMORY, kind="habit", scope=Scope.PERSONA)]
+            return [
+                MemoryItem(content=MEMORY_OF[str(m.id)], kind="habit", scope=Scope.PERSONA)
+                for m in turn_humans(messages)
+            ]
 
     with MemoryStore.open(data / "memory") as store:
         config = LoopConfig(
@@ -101,12 +114,17 @@ def main() -> None:
             if crashing:
                 turn = {"messages": [HumanMessage(USER_TEXT, id="u1")]}
                 for update in graph.stream(turn, THREAD, context=env, stream_mode="updates"):
-                    for node in update:
+                    for node, values in update.items():
                         die_at(f"node:{node}")
+                        said = (values or {}).get("messages") or []
+                        if node == "call_model" and said and not said[-1].tool_calls:
+                            die_at("reply")
                 wait_for_extractions(timeout=30)
                 event("start finished")
                 return
             resume_extractions(config, saver)
+            if mode == "next":
+                graph.invoke({"messages": [HumanMessage(NEXT_TEXT, id="u2")]}, THREAD, context=env)
             report(graph, env, store, data)
 
 
@@ -124,6 +142,7 @@ def report(graph: Any, env: SessionEnv, store: MemoryStore, data: Path) -> None:
         "unanswered": [c for c in calls if c not in answered],
         "final": messages[-1].content if messages else None,
         "memories": [i.content for i in store.list()].count(MEMORY),
+        "next_memories": [i.content for i in store.list()].count(NEXT_MEMORY),
     }
     (data / "report.json").write_text(json.dumps(out, ensure_ascii=False))
 

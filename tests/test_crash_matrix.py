@@ -1,9 +1,14 @@
-"""The crash matrix: a real SIGKILL at every node boundary and inside the model call, a tool
-call and a background extraction, on SQLite and on Postgres; a new process then recovers.
+"""The crash matrix: a real SIGKILL at every node boundary, after the final reply, and inside
+the model call, a tool call and a background extraction, on SQLite and on Postgres; a new
+process then recovers.
 
 After recovery, in every trial: the turn completes, the user's message is stored exactly
 once, no tool call that finished runs again, no tool call is left unanswered, and the
 turn's memory is stored exactly once (its pending extraction ran once in effect).
+
+A user does not know that a process died: the next message may come instead of a resume.
+Then both messages are stored and answered, and each one's memory is stored exactly once
+(the dead turn's extraction is not dropped with the rest of that turn).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from tests.conftest import REPO
 pytestmark = [pytest.mark.slow]
 
 # The worker's config switches every stage on, so every node has a boundary to die at.
-POINTS = (*(f"node:{n}" for n in LOOP_NODES), "model", "tool", "extraction")
+POINTS = (*(f"node:{n}" for n in LOOP_NODES), "reply", "model", "tool", "extraction")
 
 
 def run_worker(
@@ -45,14 +50,14 @@ def events(data: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
-def crash_and_recover(url: str, data: Path, point: str) -> dict:
+def crash_and_recover(url: str, data: Path, point: str, mode: str = "recover") -> dict:
     thread = f"matrix-{uuid.uuid4().hex[:10]}"
     crashed = run_worker(url, data, point, "start", thread)
     assert crashed.returncode == -signal.SIGKILL, (
         f"the worker was to die at {point}:\n{crashed.stdout}{crashed.stderr[-3000:]}"
     )
     assert f"kill {point}" in events(data)
-    recovered = run_worker(url, data, point, "recover", thread)
+    recovered = run_worker(url, data, point, mode, thread)
     assert recovered.returncode == 0, recovered.stderr[-3000:]
     return json.loads((data / "report.json").read_text())
 
@@ -71,10 +76,27 @@ def check_recovered(report: dict, log: list[str], point: str) -> None:
     assert report["memories"] == 1, "the turn's memory is stored exactly once"
 
 
+def check_next_message(report: dict, log: list[str], point: str) -> None:
+    assert report["user_messages"] == ["u1", "u2"], "both messages are stored, once each"
+    assert report["final"] == "好的，记住了", "the next message is answered"
+    assert report["unanswered"] == [], "no tool call is left without a result"
+    assert log.count("tool start a") <= 1, "a finished tool call never runs again"
+    assert (report["memories"], report["next_memories"]) == (1, 1), (
+        "each message's memory is stored exactly once"
+    )
+
+
 @pytest.mark.parametrize("point", POINTS)
 def test_sigkill_on_sqlite(tmp_path, point):
     report = crash_and_recover(f"sqlite:///{tmp_path / 'checkpoints.db'}", tmp_path, point)
     check_recovered(report, events(tmp_path), point)
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_sigkill_then_the_next_message_on_sqlite(tmp_path, point):
+    """The crashed turn is not resumed: the owner's next message arrives instead."""
+    report = crash_and_recover(f"sqlite:///{tmp_path / 'checkpoints.db'}", tmp_path, point, "next")
+    check_next_message(report, events(tmp_path), point)
 
 
 @pytest.mark.services

@@ -126,6 +126,21 @@ class NoExtractor:
         raise AssertionError("an extraction was still pending")
 
 
+def story(folder: Path, missing: list[str], stats: list[dict]) -> str:
+    """What the run did, for a failure's message: the memories missing, every extractor
+    call, each worker's pipeline cycles (`cyrene.memory` at debug level) and counts."""
+    calls = (folder / "calls.log").read_text() if (folder / "calls.log").exists() else ""
+    logs = [
+        line
+        for name in sorted(folder.glob("w*.log"))
+        for line in name.read_text().splitlines()
+        if "cyrene" in line
+    ]
+    return "\n".join(
+        [f"missing: {missing}", "extractor calls:", calls, "logs:", *sorted(logs), f"{stats}"]
+    )
+
+
 def lines(output: str) -> list[dict]:
     return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
 
@@ -187,6 +202,7 @@ def test_four_workers_one_killed_every_turn_and_memory_exactly_once(
     takeover = next(r["takeover"] for r in outputs[HEIR] if "takeover" in r)
     stats = [r for out in outputs.values() for r in out if "stats" in r]
     assert all(s["drained"] for s in stats), stats
+    assert not any(s["stats"]["lost"] for s in stats), f"no extraction is lost: {stats}"
 
     # Every message: stored exactly once, answered, nothing left interrupted.
     with open_checkpointer(fresh_database) as saver:
@@ -214,7 +230,8 @@ def test_four_workers_one_killed_every_turn_and_memory_exactly_once(
     expected_memories = sorted(
         memory_text(message_id(tag, s, t)) for s in range(SESSIONS) for t in range(TURNS)
     )
-    assert sorted(memories) == expected_memories
+    missing = sorted(set(expected_memories) - set(memories))
+    assert sorted(memories) == expected_memories, story(tmp_path, missing, stats)
 
     victim_answered = [r for r in lines(victim_out) if r.get("answered")]
     print(

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import sys
 import threading
@@ -214,6 +215,12 @@ class Worker:
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
+    # The log (stderr, `<worker>.log`) tells what each extraction became when a run fails.
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s {spec['worker']} %(name)s %(message)s"
+    )
+    logging.getLogger("cyrene.memory").setLevel(logging.DEBUG)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     folder = Path(spec["dir"])
     store = MemoryStore.connect("127.0.0.1", spec["chroma_port"])
     config = config_for(spec, store)
