@@ -253,4 +253,5 @@ def build_graph(
         busy_timeout=config.busy_timeout,
         max_image_bytes=config.max_image_bytes,
         trace_facts=loop.trace_facts,
+        records_turns=config.extractor is not None and config.memory is not None,
     ).with_config(max_concurrency=config.tool_parallelism)

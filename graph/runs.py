@@ -40,6 +40,7 @@ from nodes.boundary import admit, admit_state_update
 from nodes.compat import CONFIG_KEY_DURABILITY, checkpointer_of
 from nodes.config import BusyPolicy
 from nodes.env import SessionEnv
+from nodes.extraction import opened_turn
 from nodes.protocols import TranscriptArchive
 from nodes.run_config import configurable, thread_id
 from nodes.view.images import MAX_IMAGE_BYTES
@@ -141,10 +142,12 @@ class CyreneGraph(CompiledStateGraph):
         busy_timeout: float = 300.0,
         max_image_bytes: int = MAX_IMAGE_BYTES,
         trace_facts: TraceFacts | None = None,
+        records_turns: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.trace_facts = trace_facts
+        self.records_turns = records_turns
         self.default_durability = default_durability
         self.busy_policy = busy_policy
         self.busy_timeout = busy_timeout
@@ -197,7 +200,7 @@ class CyreneGraph(CompiledStateGraph):
         if (thread := self._session(config)) is None:
             if input is None and self._saves_itself and not (yield from self._resumable(config)):
                 raise _nothing_to_resume(config)
-            yield _Run(input, self._run_kwargs(config, kwargs))
+            yield _Run(self._opening(input, kwargs["context"]), self._run_kwargs(config, kwargs))
             return None
         input = with_ids(input)
         gate = self._gate()
@@ -213,11 +216,19 @@ class CyreneGraph(CompiledStateGraph):
                 answered = ""
                 return (yield from self._answer(None, config, kwargs))
             with holding(gate.inbox, thread):
-                yield _Run(run_input, self._run_kwargs(config, kwargs))
+                opening = self._opening(run_input, kwargs["context"])
+                yield _Run(opening, self._run_kwargs(config, kwargs))
             answered = (yield from self._latest_id(config)) if outcome.merged else ""
         finally:
             yield _Ask(gate.release, gate.arelease, (outcome, answered))
         return None
+
+    def _opening(self, input: Any, env: Any) -> Any:
+        """A new turn's input, with the record `extract_memory` reads should its run die
+        (`nodes.extraction.opened_turn`); any other input as it is."""
+        if not self.records_turns or not isinstance(input, dict):
+            return input
+        return opened_turn(with_ids(input), env if isinstance(env, SessionEnv) else SessionEnv())
 
     def _check_command(self, command: Command, config: RunnableConfig | None) -> Steps:
         """A `Command` continues a session: refused when no human message would be in it

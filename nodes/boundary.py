@@ -11,7 +11,8 @@ nothing of it is stored. What is admitted is normalised:
   `{"type": "human", …}` — with non-empty text or content blocks of known
   types (`text`, `image`, `image_url`). Each is rebuilt from its content, name
   and id alone, so a caller can't slip in the loop's own annotations. A
-  platform's mention (`SessionEnv(mentioned=True)`) is stamped on each of them.
+  platform's mention (`SessionEnv(mentioned=True)`) is stamped on each of them,
+  and so is a group or stranger session (no memory extraction reads those).
 - **Images** become the one block shape every provider renders, or a text
   placeholder (`nodes.view.images`).
 - **Display names** are normalised (`nodes.view.sanitize.display_name`). In a group
@@ -54,7 +55,7 @@ from nodes.state import TurnInput
 from nodes.view.images import IMAGE_BLOCK_TYPES, MAX_IMAGE_BYTES, normalise_image
 from nodes.view.replies import usable_call_id
 from nodes.view.sanitize import UNNAMED_MEMBER, check_id, display_name
-from nodes.view.transcript import annotated
+from nodes.view.transcript import RESTRICTED, annotated
 
 TURN_KEYS = TurnInput.__required_keys__ | TurnInput.__optional_keys__
 _CONTEXT_IDS = ("persona_id", "session_id", "turn_id")
@@ -146,8 +147,8 @@ def admit_command(command: Command, rules: Rules) -> Command:
 
 TRUSTED_STATE_KEYS = frozenset({"summary", "mood", "capacity", "image_descriptions"})
 """State a developer may set with `update_state`, wrapped in `Trusted`: the loop's own
-bookkeeping, checked for shape. `pending_extractions`, `extracted_through` and `model_view`
-are never set."""
+bookkeeping, checked for shape. `pending_extractions`, `opened_turns` and `model_view` are
+never set."""
 
 
 def admit_state_update(values: Any) -> Any:
@@ -300,7 +301,10 @@ def admit_message(item: Any, where: str, rules: Rules) -> BaseMessage:
         content = admit_content(message.content, where, max_image_bytes=rules.max_image_bytes)
         name = _third_party_name(message.name, rules.restricted)
         human = HumanMessage(content, name=name, id=message_id)
-        return annotated(human, **{MENTIONED: True}) if rules.mentioned else human
+        stamps = {MENTIONED: True} if rules.mentioned else {}
+        if rules.restricted:
+            stamps[RESTRICTED] = True  # said in a group or stranger session: never extracted
+        return annotated(human, **stamps) if stamps else human
     if rules.trusted and isinstance(message, SystemMessage):
         text = admit_content(message.content, where, max_image_bytes=None)
         return SystemMessage(text, id=message_id)

@@ -16,16 +16,20 @@ starts.
 
 A turn whose process died between its reply and this node is extracted by
 the next one. Resuming it (`invoke(None)`) would run this node, but a new
-message starts a new run on top of it and LangGraph drops what the old one
-had left; the state's `extracted_through` (the last message an extraction
-covered) shows that words came after it, so the next turn submits that
-turn's extraction too, under the key the dead one would have used (the ledger
-still runs it once).
+message starts a new run on top of it, and LangGraph drops what the old run
+had left. So the first message of every run's input carries its turn's
+`SessionEnv` (`TURN_OPENED`, stamped by `graph.runs`), and the state keeps the
+opener of the latest turn this node ran for (`extracted_turn`): a turn opened
+after it and before the current one died, and this node extracts it as that
+turn would have (its persona, its session; a restricted one never), under the
+key its run would have used, so the ledger still runs it once. Only turns a
+run opened count: imported history and `update_state` edits open none.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 from collections.abc import Sequence
 from functools import partial
@@ -43,12 +47,20 @@ from nodes.env import SessionEnv, env_of
 from nodes.loop import Loop
 from nodes.run_config import thread_id
 from nodes.state import LoopState, PendingExtraction
-from nodes.view.transcript import is_hidden, turn_start
+from nodes.view.transcript import (
+    annotated,
+    annotations_of,
+    is_hidden,
+    said_in_restricted,
+    turn_start,
+)
 
 log = logging.getLogger("cyrene.memory")
 
 PENDING = "pending_extractions"
-EXTRACTED = "extracted_through"
+EXTRACTED_TURN = "extracted_turn"
+TURN_OPENED = "turn"
+"""Annotation of the first message of a run's input: the run's `SessionEnv` fields."""
 
 
 def extraction_key(thread_id: str | None, boundary: str) -> str:
@@ -67,8 +79,11 @@ def extractable(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
 
 
 def readable(message: BaseMessage) -> bool:
-    """Whether an extractor may read the message (see `extractable`)."""
-    return not is_hidden(message) and not (isinstance(message, HumanMessage) and message.name)
+    """Whether an extractor may read the message (see `extractable`); never words said in a
+    group or stranger session (`nodes.boundary` stamps them), whichever turn they are in."""
+    if is_hidden(message) or said_in_restricted(message):
+        return False
+    return not (isinstance(message, HumanMessage) and message.name)
 
 
 def opening_messages(messages: Sequence[BaseMessage]) -> list[HumanMessage]:
@@ -82,27 +97,43 @@ def opening_messages(messages: Sequence[BaseMessage]) -> list[HumanMessage]:
     return opening[::-1]
 
 
-def covered_through(messages: Sequence[BaseMessage]) -> str | None:
-    """The id an extraction of `messages` ends at: their last `extractable` message's."""
-    return next((str(m.id) for m in reversed(messages) if readable(m)), None)
+def opened_turn(input: dict[str, Any], env: SessionEnv) -> dict[str, Any]:
+    """A run's input with its first message stamped as opening a turn under `env`."""
+    messages = input.get("messages")
+    if not isinstance(messages, list) or not messages or not isinstance(messages[0], BaseMessage):
+        return input
+    fields = env.model_dump(exclude={"mentioned"})
+    return {**input, "messages": [annotated(messages[0], **{TURN_OPENED: fields}), *messages[1:]]}
 
 
-def unextracted_turn(messages: Sequence[BaseMessage], through: str | None) -> int:
-    """How many of `messages` end a turn before this one that no extraction covered; 0 if none.
-
-    That turn got a reply (otherwise its words open this turn too, and this
-    turn's extraction reads them) and has a human message after `through`,
-    the end of the last extraction.
-    """
-    opening = opening_messages(messages)
-    start = turn_start(messages) + 1 - len(opening) if opening else 0
-    for index in range(start - 1, -1, -1):
+def turn_openers(messages: Sequence[BaseMessage], extracted: str | None) -> list[int]:
+    """Where the turns opened after `extracted` (the opener of the latest turn extracted)
+    start, oldest first; the last is this run's turn (or the one it resumes). If that
+    opener is no longer in the window, only the last: which of the others were extracted
+    is not known."""
+    openers: list[int] = []
+    for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
-        if message.id == through:
-            return 0
-        if isinstance(message, HumanMessage):
-            return start
-    return 0
+        if extracted is not None and message.id == extracted:
+            return openers[::-1]
+        if TURN_OPENED in annotations_of(message):
+            openers.append(index)
+    return openers[::-1] if extracted is None else openers[:1]
+
+
+def dead_turns(
+    messages: Sequence[BaseMessage], openers: Sequence[int]
+) -> list[tuple[Sequence[BaseMessage], SessionEnv]]:
+    """The turns opened at `openers` that died before this node (all but the last), each as
+    the transcript up to its end and its `SessionEnv`. One that got no reply is left out:
+    its words open the next turn, whose extraction reads them."""
+    dead = []
+    for start, end in itertools.pairwise(openers):
+        if all(isinstance(m, HumanMessage) for m in messages[start:end]):
+            continue
+        fields = annotations_of(messages[start])[TURN_OPENED]
+        dead.append((messages[:end], SessionEnv(**fields)))
+    return dead
 
 
 def snapshot_until(messages: Sequence[BaseMessage], boundary: str) -> list[BaseMessage] | None:
@@ -166,11 +197,9 @@ def extract_turn(
     env: SessionEnv,
     config: RunnableConfig,
     messages: Sequence[BaseMessage],
-    earlier: bool = False,
 ) -> list[PendingExtraction]:
-    """Extract the turn `messages` end with: inline, or handed to the background and
-    returned as pending. An `earlier` turn (not this run's) is stamped with its own last
-    human message, not the run's `SessionEnv.turn_id`."""
+    """Extract the turn `messages` end with, as `env` ran it: inline, or handed to the
+    background and returned as pending."""
     extractor, store = loop.config.extractor, loop.config.memory
     assert extractor is not None and store is not None
     human = last_human(messages)
@@ -180,8 +209,7 @@ def extract_turn(
         return []  # only third parties spoke: nothing of the owner's to remember
     snapshot = extractable(messages)
     persona_id = loop.persona_for(env)
-    message_id = human.id if earlier and human is not None else loop.turn_id(env, messages)
-    source = Source(session_id=loop.session_id(env, config), message_id=message_id)
+    source = Source(session_id=loop.session_id(env, config), message_id=loop.turn_id(env, messages))
     if getattr(extractor, "background", False):
         boundary = str(snapshot[-1].id)
         entry = PendingExtraction(
@@ -205,22 +233,23 @@ def make_extract_memory(loop: Loop):
     def extract_memory(
         state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]
     ) -> dict[str, Any]:
-        """Run the extractor on this turn (in the background if it asks), and on an
-        earlier one a crash left unextracted; never in group/stranger chats."""
+        """Run the extractor on this turn (in the background if it asks), and on the turns
+        whose runs died before getting here; never in group/stranger chats."""
         env = env_of(runtime)
         if loop.config.extractor is None or loop.config.memory is None:
             return {}
         messages = state["messages"]
-        through = state.get("extracted_through")
+        openers = turn_openers(messages, state.get("extracted_turn"))
         update: dict[str, Any] = {}
-        if (now_through := covered_through(messages)) != through:
-            update[EXTRACTED] = now_through  # a restricted turn is covered too: never extracted
+        if openers and (opener := str(messages[openers[-1]].id)) != state.get("extracted_turn"):
+            update[EXTRACTED_TURN] = opener
         if env.restricted:
             return update
         carried = state.get("pending_extractions", [])
         pending = resubmit(loop, carried, messages)
-        if earlier := unextracted_turn(messages, through):
-            pending += extract_turn(loop, env, config, messages[:earlier], earlier=True)
+        for turn, turn_env in dead_turns(messages, openers):
+            if not turn_env.restricted:
+                pending += extract_turn(loop, turn_env, config, turn)
         pending += extract_turn(loop, env, config, messages)
         if pending != carried:
             update[PENDING] = pending

@@ -120,9 +120,9 @@ class LoopState(TypedDict):
     """Tokens used per call, per turn and per session (absent until a provider reports any)."""
     pending_extractions: NotRequired[list[PendingExtraction]]
     """Background extractions not yet seen done or lost (see `nodes.extraction`)."""
-    extracted_through: NotRequired[str | None]
-    """The last message a memory extraction covered (a turn after it with none is extracted
-    by the next turn; see `nodes.extraction`)."""
+    extracted_turn: NotRequired[str]
+    """Id of the message that opened the latest turn `extract_memory` ran for (a turn opened
+    after it and before the current one died before that node; see `nodes.extraction`)."""
     presence: NotRequired[PresenceRecord]
     """The latest group turn's decision to answer or stay quiet (group_reply other than always)."""
     model_view: NotRequired[Annotated[list[AnyMessage], UntrackedValue(list)]]

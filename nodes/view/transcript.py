@@ -43,6 +43,15 @@ def is_hidden(message: BaseMessage) -> bool:
     return bool(annotations_of(message).get("hidden"))
 
 
+RESTRICTED = "restricted"
+"""Annotation of a human message said in a group or stranger session (`nodes.boundary`)."""
+
+
+def said_in_restricted(message: BaseMessage) -> bool:
+    """Words said in a group or stranger session: no memory extraction reads them."""
+    return bool(annotations_of(message).get(RESTRICTED))
+
+
 def turn_start(messages: Sequence[BaseMessage]) -> int:
     """Index of the last human message (the current turn's opening), or 0."""
     for i in range(len(messages) - 1, -1, -1):
