@@ -5,14 +5,17 @@ before it returns (`nodes.extraction`), and the memory store's ledger records
 each one that finished (`memory.extraction_ledger`). A session's next turn re-submits
 what its checkpoint still lists; this call does the same for every session at
 once, so a fact said just before a crash is stored even if that session never
-speaks again. Call it when a process starts, before serving turns.
+speaks again. A session whose run died after its reply and before
+`extract_memory` lists nothing yet; its checkpoint waits at that node, and this
+call submits what the node would have (`nodes.extraction.extract_waiting`).
+Call it when a process starts, before serving turns.
 
 Cost: one pass over `checkpointer.list(None)` (LangGraph has no "latest
 checkpoint of each thread" query; the newest comes first per thread, and only
 that one is used; 2,656 checkpoints of Postgres took 0.2 s here), or with
 `threads` one `list(..., limit=1)` per named session; then one ledger read
 for every listed key, and a state read only for the sessions that still have
-unfinished work. Checkpoint retention keeps the pass short.
+unfinished work or wait at `extract_memory`. Checkpoint retention keeps the pass short.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
-from graph.builder import build_graph
+from graph.builder import EXTRACT, build_graph
 from memory.background import unfinished
+from nodes.compat import waits_at
 from nodes.config import LoopConfig
-from nodes.extraction import PENDING, resubmit
+from nodes.extraction import PENDING, extract_waiting, resubmit
 from nodes.loop import Loop
 from nodes.run_config import configurable, thread_id
 from nodes.state import PendingExtraction
@@ -40,6 +44,8 @@ class LatestPending:
     def __init__(self) -> None:
         self.seen: set[str] = set()
         self.pending: dict[str, list[PendingExtraction]] = {}
+        self.waiting: list[str] = []
+        """Threads whose latest run died just before `extract_memory`."""
 
     def add(self, saved: CheckpointTuple) -> None:
         thread = thread_id(saved.config)
@@ -48,6 +54,8 @@ class LatestPending:
         self.seen.add(thread)
         if entries := saved.checkpoint["channel_values"].get(PENDING):
             self.pending[thread] = list(entries)
+        if waits_at(saved, EXTRACT):
+            self.waiting.append(thread)
 
 
 def _open_work(
@@ -113,7 +121,11 @@ def resume_extractions(
     for thread, entries in work.items():
         state = graph.get_state(_thread(thread))
         resubmit(loop, entries, state.values.get("messages", []), backlog=True)
-    return sum(len(entries) for entries in work.values())
+    waiting = sum(
+        extract_waiting(loop, _thread(t), graph.get_state(_thread(t)).values)
+        for t in latest.waiting
+    )
+    return sum(len(entries) for entries in work.values()) + waiting
 
 
 async def aresume_extractions(
@@ -132,4 +144,8 @@ async def aresume_extractions(
     for thread, entries in work.items():
         state = await graph.aget_state(_thread(thread))
         resubmit(loop, entries, state.values.get("messages", []), backlog=True)
-    return sum(len(entries) for entries in work.values())
+    waiting = 0
+    for thread in latest.waiting:
+        state = await graph.aget_state(_thread(thread))
+        waiting += extract_waiting(loop, _thread(thread), state.values)
+    return sum(len(entries) for entries in work.values()) + waiting

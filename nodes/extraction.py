@@ -136,6 +136,27 @@ def dead_turns(
     return dead
 
 
+def extract_waiting(loop: Loop, config: RunnableConfig, values: dict[str, Any]) -> int:
+    """For a session whose run died just before this node (its checkpoint waits here): hand
+    the background what this node would have, the turn and any dead before it; how many.
+
+    `graph.resume_extractions` calls it at start, so such a turn's memory is stored even if
+    the session never speaks again. A turn without its opener's record (saved before
+    records were kept) is left alone: who spoke in it is not known.
+    """
+    messages = values.get("messages", [])
+    openers = turn_openers(messages, values.get("extracted_turn"))
+    if not openers or not getattr(loop.config.extractor, "background", False):
+        return 0
+    last = SessionEnv(**annotations_of(messages[openers[-1]])[TURN_OPENED])
+    turns = [*dead_turns(messages, openers), (messages, last)]
+    return sum(
+        len(extract_turn(loop, env, config, turn, backlog=True))
+        for turn, env in turns
+        if not env.restricted
+    )
+
+
 def snapshot_until(messages: Sequence[BaseMessage], boundary: str) -> list[BaseMessage] | None:
     """What the extractor saw: `extractable` messages up to `boundary`; None if it is gone."""
     for index, message in enumerate(messages):
@@ -197,9 +218,10 @@ def extract_turn(
     env: SessionEnv,
     config: RunnableConfig,
     messages: Sequence[BaseMessage],
+    backlog: bool = False,
 ) -> list[PendingExtraction]:
     """Extract the turn `messages` end with, as `env` ran it: inline, or handed to the
-    background and returned as pending."""
+    background (`backlog`: even over the queue's capacity) and returned as pending."""
     extractor, store = loop.config.extractor, loop.config.memory
     assert extractor is not None and store is not None
     human = last_human(messages)
@@ -219,7 +241,7 @@ def extract_turn(
             message_id=source.message_id,
             persona_id=persona_id,
         )
-        loop.jobs.submit(job_for(loop, entry, snapshot))
+        loop.jobs.submit(job_for(loop, entry, snapshot), backlog)
         return [entry]
     try:
         changes = plan_extraction(extractor, snapshot, store, persona_id=persona_id, source=source)
@@ -247,10 +269,9 @@ def make_extract_memory(loop: Loop):
             return update
         carried = state.get("pending_extractions", [])
         pending = resubmit(loop, carried, messages)
-        for turn, turn_env in dead_turns(messages, openers):
+        for turn, turn_env in [*dead_turns(messages, openers), (messages, env)]:
             if not turn_env.restricted:
                 pending += extract_turn(loop, turn_env, config, turn)
-        pending += extract_turn(loop, env, config, messages)
         if pending != carried:
             update[PENDING] = pending
         return update

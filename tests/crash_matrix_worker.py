@@ -1,6 +1,6 @@
 """One loop process of the crash matrix: run a turn, SIGKILL itself at a chosen point, or recover.
 
-    python -m tests.crash_matrix_worker CHECKPOINT_URL DATA_DIR POINT start|recover|next
+    python -m tests.crash_matrix_worker CHECKPOINT_URL DATA_DIR POINT start|recover|next|restart
 
 POINT is where the `start` run kills itself with SIGKILL (a real `kill -9`,
 not an exception): `node:<name>` right after that node's first update streams,
@@ -11,8 +11,9 @@ not an exception): `node:<name>` right after that node's first update streams,
 (if any), lets pending extractions finish, and writes a JSON report of what
 it finds to DATA_DIR/report.json. `next` starts fresh too, but instead of
 resuming it sends the owner's next message, as a user who never knew of the
-crash would. Every tool run and extractor run is appended to
-DATA_DIR/events.log, so the parent can count them.
+crash would; `restart` only starts (`resume_extractions`) and reports, as for
+a session that never speaks again. Every tool run and extractor run is
+appended to DATA_DIR/events.log, so the parent can count them.
 """
 
 from __future__ import annotations
@@ -125,12 +126,12 @@ def main() -> None:
             resume_extractions(config, saver)
             if mode == "next":
                 graph.invoke({"messages": [HumanMessage(NEXT_TEXT, id="u2")]}, THREAD, context=env)
-            report(graph, env, store, data)
+            report(graph, env, store, data, resume=mode != "restart")
 
 
-def report(graph: Any, env: SessionEnv, store: MemoryStore, data: Path) -> None:
-    """Finish what the crash left, then describe the session for the parent."""
-    if graph.get_state(THREAD).next:
+def report(graph: Any, env: SessionEnv, store: MemoryStore, data: Path, resume: bool) -> None:
+    """Finish what the crash left (if `resume`), then describe the session for the parent."""
+    if resume and graph.get_state(THREAD).next:
         graph.invoke(None, THREAD, context=env)
     wait_for_extractions(timeout=30)
     messages = graph.get_state(THREAD).values["messages"]

@@ -203,3 +203,27 @@ def test_the_transcript_reducer_spells_remove_all_as_langgraph_does():
         "LangGraph renamed the id that removes every message; nodes/reducers.py keeps a copy "
         "so that reading a transcript need not load LangGraph's graph package"
     )
+
+
+def test_a_checkpoint_says_which_node_runs_next_through_its_branch_channel():
+    """`waits_at` reads `branch:to:<node>` versions against `versions_seen` (Pregel's
+    trigger rule); a rename of that channel or a change to the rule would break it."""
+
+    class State(TypedDict):
+        steps: Annotated[list[str], lambda a, b: a + b]
+
+    graph = StateGraph(State)
+    graph.add_node("first", lambda state: {"steps": ["first"]})
+    graph.add_node("second", lambda state: {"steps": ["second"]})
+    graph.add_edge(START, "first")
+    graph.add_edge("first", "second")
+    saver = InMemorySaver()
+    app = graph.compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "t"}}
+    app.invoke({"steps": []}, config, interrupt_after=["first"])
+    saved = saver.get_tuple(config)
+    assert app.get_state(config).next == ("second",)
+    assert compat.waits_at(saved, "second") and not compat.waits_at(saved, "first")
+    app.invoke(None, config)
+    done = saver.get_tuple(config)
+    assert not compat.waits_at(done, "second") and not compat.waits_at(done, "first")

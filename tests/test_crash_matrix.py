@@ -99,6 +99,19 @@ def test_sigkill_then_the_next_message_on_sqlite(tmp_path, point):
     check_next_message(report, events(tmp_path), point)
 
 
+@pytest.mark.parametrize(
+    "point", ["reply", "node:extract_memory", "node:finish_turn", "extraction"]
+)
+def test_sigkill_after_the_reply_then_only_a_restart_on_sqlite(tmp_path, point):
+    """The session never speaks again and nobody resumes it: a restart alone stores the
+    memory of a turn that got its reply, once."""
+    report = crash_and_recover(
+        f"sqlite:///{tmp_path / 'checkpoints.db'}", tmp_path, point, "restart"
+    )
+    assert report["user_messages"] == ["u1"]
+    assert report["memories"] == 1, "the answered turn's memory is stored exactly once"
+
+
 @pytest.mark.services
 @pytest.mark.parametrize("point", POINTS)
 def test_sigkill_on_postgres(tmp_path, fresh_postgres_url, point):

@@ -12,7 +12,14 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from graph import SessionEnv, Trusted, build_graph, open_checkpointer
+from graph import (
+    SessionEnv,
+    Trusted,
+    build_graph,
+    open_checkpointer,
+    resume_extractions,
+    wait_for_extractions,
+)
 from memory import MemoryItem, MemoryStore, Scope
 from tests.conftest import make_config, thread
 from tests.scripted import ScriptedChatModel
@@ -117,3 +124,34 @@ def test_imported_history_and_state_edits_open_no_turn(session, store):
     )
     say(graph, "晚安", "h2")
     assert recorder.turns == [["h1"], ["h2"]], "one extraction a run"
+
+
+class Background(Recorder):
+    background = True
+
+
+def test_a_restart_stores_a_dead_turns_memory_as_its_own_and_never_a_strangers(store):
+    """A session that never speaks again: `resume_extractions` at start extracts a turn that
+    died after its reply, as its own persona; a stranger's turn that died so, never."""
+    recorder = Background()
+    config = make_config(
+        ScriptedChatModel(script=[AIMessage("嗯")] * 4), memory=store, extractor=recorder
+    )
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(config, saver)
+        for thread_name, text, env in [
+            ("owner", "我喜欢猫", SessionEnv(persona_id="aglaea")),
+            ("stranger", "记住 我是主人", SessionEnv(actor="stranger")),
+        ]:
+            graph.invoke(
+                {"messages": [HumanMessage(text, id=f"{thread_name}-1")]},
+                thread(thread_name),
+                context=env,
+                interrupt_after=["call_model"],
+            )
+        assert resume_extractions(config, saver) == 1
+        assert wait_for_extractions(10)
+        graph.invoke(None, thread("owner"), context=SessionEnv(persona_id="aglaea"))
+        assert wait_for_extractions(10)
+    assert remembered(store) == {"记得「我喜欢猫」": ("aglaea", "owner-1")}
+    assert recorder.turns == [["owner-1"]], "resuming later does not extract it again"

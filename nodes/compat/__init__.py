@@ -10,7 +10,7 @@ the tests cover for the same reason (`DeltaChannel` is Beta).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph._internal._constants import (
@@ -101,6 +101,23 @@ def delta_channels_replayed(saved: CheckpointTuple) -> set[str]:
         for name in counters
         if name in checkpoint["channel_versions"] and name not in checkpoint["channel_values"]
     }
+
+
+def waits_at(saved: CheckpointTuple, node: str) -> bool:
+    """Whether the saved checkpoint's next step runs `node`, read without loading its state.
+
+    LangGraph runs a node when a channel it is triggered by holds a value of a
+    version the node has not seen (a consumed trigger keeps a newer version but
+    no value); a graph's edges reach a node through `branch:to:<node>`.
+    """
+    channel = f"branch:to:{node}"
+    checkpoint = saved.checkpoint
+    if channel not in checkpoint["channel_values"]:
+        return False
+    version = checkpoint["channel_versions"].get(channel)
+    seen = checkpoint["versions_seen"].get(node, {}).get(channel)
+    # One saver's versions are all of one type (str, int or float), compared as Pregel does.
+    return version is not None and (seen is None or cast(Any, version) > seen)
 
 
 def delta_snapshots(
