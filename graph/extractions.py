@@ -44,7 +44,7 @@ class LatestPending:
     def __init__(self) -> None:
         self.seen: set[str] = set()
         self.pending: dict[str, list[PendingExtraction]] = {}
-        self.waiting: list[str] = []
+        self.waiting: set[str] = set()
         """Threads whose latest run died just before `extract_memory`."""
 
     def add(self, saved: CheckpointTuple) -> None:
@@ -55,7 +55,7 @@ class LatestPending:
         if entries := saved.checkpoint["channel_values"].get(PENDING):
             self.pending[thread] = list(entries)
         if waits_at(saved, EXTRACT):
-            self.waiting.append(thread)
+            self.waiting.add(thread)
 
 
 def _open_work(
@@ -67,6 +67,25 @@ def _open_work(
     still = unfinished(loop.config.memory, [k for k in keys if not loop.jobs.known(k)])
     open_work = {t: [e for e in entries if e["key"] in still] for t, entries in listed.items()}
     return {t: entries for t, entries in open_work.items() if entries}
+
+
+def _to_read(work: dict[str, list[PendingExtraction]], waiting: set[str]) -> list[str]:
+    """The sessions whose state recovery reads, each once."""
+    return list(dict.fromkeys([*work, *waiting]))
+
+
+def _recover(
+    loop: Loop,
+    thread: str,
+    values: dict[str, Any],
+    work: dict[str, list[PendingExtraction]],
+    waiting: set[str],
+) -> int:
+    """Hand one session's unfinished extractions to the background; how many."""
+    entries = work.get(thread, [])
+    resubmit(loop, entries, values.get("messages", []), backlog=True)
+    late = extract_waiting(loop, _thread(thread), values) if thread in waiting else 0
+    return len(entries) + late
 
 
 def _thread(thread_id: str) -> RunnableConfig:
@@ -118,14 +137,10 @@ def resume_extractions(
         for saved in checkpointer.list(where, limit=limit):
             latest.add(saved)
     work = _open_work(loop, latest.pending)
-    for thread, entries in work.items():
-        state = graph.get_state(_thread(thread))
-        resubmit(loop, entries, state.values.get("messages", []), backlog=True)
-    waiting = sum(
-        extract_waiting(loop, _thread(t), graph.get_state(_thread(t)).values)
-        for t in latest.waiting
+    return sum(
+        _recover(loop, thread, graph.get_state(_thread(thread)).values, work, latest.waiting)
+        for thread in _to_read(work, latest.waiting)
     )
-    return sum(len(entries) for entries in work.values()) + waiting
 
 
 async def aresume_extractions(
@@ -141,11 +156,8 @@ async def aresume_extractions(
         async for saved in checkpointer.alist(where, limit=limit):
             latest.add(saved)
     work = await asyncio.to_thread(_open_work, loop, latest.pending)  # the ledger read blocks
-    for thread, entries in work.items():
+    handed = 0
+    for thread in _to_read(work, latest.waiting):
         state = await graph.aget_state(_thread(thread))
-        resubmit(loop, entries, state.values.get("messages", []), backlog=True)
-    waiting = 0
-    for thread in latest.waiting:
-        state = await graph.aget_state(_thread(thread))
-        waiting += extract_waiting(loop, _thread(thread), state.values)
-    return sum(len(entries) for entries in work.values()) + waiting
+        handed += _recover(loop, thread, state.values, work, latest.waiting)
+    return handed

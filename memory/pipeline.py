@@ -27,15 +27,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-from memory.cycle import (
-    MAX_ATTEMPTS,
-    MAX_BACKOFF,
-    RETRY_DELAYS,
-    claim,
-    decide,
-    mark,
-    store_items,
-)
+from memory.cycle import MAX_ATTEMPTS, MAX_BACKOFF, RETRY_DELAYS, claim, decide, mark, store_items
 from memory.jobs import ExtractionJob, run_with_deadline
 from memory.operations import planned
 

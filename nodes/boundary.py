@@ -147,7 +147,7 @@ def admit_command(command: Command, rules: Rules) -> Command:
 
 TRUSTED_STATE_KEYS = frozenset({"summary", "mood", "capacity", "image_descriptions"})
 """State a developer may set with `update_state`, wrapped in `Trusted`: the loop's own
-bookkeeping, checked for shape. `pending_extractions`, `opened_turns` and `model_view` are
+bookkeeping, checked for shape. `pending_extractions`, `extracted_turn` and `model_view` are
 never set."""
 
 

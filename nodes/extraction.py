@@ -150,11 +150,7 @@ def extract_waiting(loop: Loop, config: RunnableConfig, values: dict[str, Any]) 
         return 0
     last = SessionEnv(**annotations_of(messages[openers[-1]])[TURN_OPENED])
     turns = [*dead_turns(messages, openers), (messages, last)]
-    return sum(
-        len(extract_turn(loop, env, config, turn, backlog=True))
-        for turn, env in turns
-        if not env.restricted
-    )
+    return len(extract_turns(loop, config, turns, backlog=True))
 
 
 def snapshot_until(messages: Sequence[BaseMessage], boundary: str) -> list[BaseMessage] | None:
@@ -251,6 +247,22 @@ def extract_turn(
     return []
 
 
+def extract_turns(
+    loop: Loop,
+    config: RunnableConfig,
+    turns: Sequence[tuple[Sequence[BaseMessage], SessionEnv]],
+    backlog: bool = False,
+) -> list[PendingExtraction]:
+    """`extract_turn` for each (transcript up to the turn's end, its env); a group or
+    stranger turn never."""
+    return [
+        entry
+        for turn, env in turns
+        if not env.restricted
+        for entry in extract_turn(loop, env, config, turn, backlog)
+    ]
+
+
 def make_extract_memory(loop: Loop):
     def extract_memory(
         state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]
@@ -269,9 +281,7 @@ def make_extract_memory(loop: Loop):
             return update
         carried = state.get("pending_extractions", [])
         pending = resubmit(loop, carried, messages)
-        for turn, turn_env in [*dead_turns(messages, openers), (messages, env)]:
-            if not turn_env.restricted:
-                pending += extract_turn(loop, turn_env, config, turn)
+        pending += extract_turns(loop, config, [*dead_turns(messages, openers), (messages, env)])
         if pending != carried:
             update[PENDING] = pending
         return update
