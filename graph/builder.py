@@ -45,7 +45,7 @@ from nodes.extraction import make_extract_memory
 from nodes.loop import Loop
 from nodes.model_call import make_call_model
 from nodes.policies.presence import after_decision
-from nodes.state import LoopState, TurnInput
+from nodes.state import LoopState, RunInput
 from nodes.tools import make_dispatch_tools
 from nodes.turn_end import make_finish_turn
 from nodes.view.transcript import needs_another_round, pending_tool_calls
@@ -232,7 +232,7 @@ def build_graph(
     """
     loop = Loop.from_config(config, archives=archive_for)
     graph: StateGraph[Any, SessionEnv, Any, Any] = StateGraph(
-        LoopState, context_schema=SessionEnv, input_schema=TurnInput
+        LoopState, context_schema=SessionEnv, input_schema=RunInput
     )
     graph.add_node(VISION, make_resolve_vision(loop))
     graph.add_node(COMPACT, make_compact(loop))
@@ -254,4 +254,5 @@ def build_graph(
         max_image_bytes=config.max_image_bytes,
         trace_facts=loop.trace_facts,
         records_turns=config.extractor is not None and config.memory is not None,
+        persona_of=loop.persona_for,
     ).with_config(max_concurrency=config.tool_parallelism)

@@ -1,7 +1,9 @@
 """`CyreneGraph`: the compiled loop, with the checks and defaults every run gets.
 
 A run is admitted at the boundary before any node runs (an empty turn, or a
-resume with nothing to resume, is a plain `ValueError`), holds its session's
+resume with nothing to resume, is a plain `ValueError`), runs as what its
+thread and turn were opened as (`nodes.env.bound_env`: a resume of a group
+turn is that group's, whatever context it brings), holds its session's
 lock for the length of the turn (`graph.sessions`: one turn at a time per
 thread, and `LoopConfig.busy_policy` for a message that arrives mid-turn),
 runs with `LoopConfig.durability` unless told otherwise, and tells background
@@ -11,9 +13,7 @@ work while a turn is in flight. Everything else is LangGraph's.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass, field
-from functools import partial
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage
@@ -22,6 +22,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Durability, StateUpdate
 
+from graph.run_steps import Ask, Emit, Run, Stepper, Steps
+from graph.sessions.binding import Asked, Bound, opened_actor, refuse_unrecorded_restricted
 from graph.sessions.gate import (
     SessionGate,
     answered_chunks,
@@ -39,10 +41,12 @@ from memory.background import TURNS
 from nodes.boundary import admit, admit_state_update
 from nodes.compat import CONFIG_KEY_DURABILITY, checkpointer_of
 from nodes.config import BusyPolicy
-from nodes.env import SessionEnv
-from nodes.extraction import opened_turn
+from nodes.env import PersonaOf, SessionEnv, bound_env
+from nodes.extraction import opened_turn, turn_env
+from nodes.loop import TRACE_ACTOR, TRACE_SESSION, UNBOUND_ACTOR
 from nodes.protocols import TranscriptArchive
 from nodes.run_config import configurable, thread_id
+from nodes.state import OPENED_AS, OpenedAs
 from nodes.view.images import MAX_IMAGE_BYTES
 
 TraceFacts = Callable[[SessionEnv, RunnableConfig | None], dict[str, Any]]
@@ -71,61 +75,6 @@ def recovered_input(claim: Claim, input: Any, stored: set[str], resumable: bool)
     return None if resumable else ANSWERED
 
 
-# -- a run's steps, as `SessionGate._steps` does it: one generator, two drivers ------------
-
-
-@dataclass
-class _Ask:
-    """A read of the saver or state, or a lock operation: `get` from a sync run,
-    `aget` from an async one; the step generator is sent what it returns."""
-
-    get: Callable[..., Any]
-    aget: Callable[..., Awaitable[Any]]
-    args: tuple = ()
-
-
-@dataclass
-class _Run:
-    """The turn itself: LangGraph's stream, counted in `TURNS`; its chunks go to the caller."""
-
-    input: Any
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class _Emit:
-    """Chunks for the caller that no turn of its own produced (another caller's turn
-    answered it)."""
-
-    chunks: list[Any]
-
-
-Step = _Ask | _Run | _Emit
-Steps = Generator[Step, Any, Any]
-
-
-class _Stepper:
-    """Feeds a run's steps what each step came to: its value, or the exception it raised
-    (so the steps' `finally` still gives the session back when the caller stops early)."""
-
-    def __init__(self, steps: Steps) -> None:
-        self._steps = steps
-        self._resume: Callable[[], Step] = partial(steps.send, None)
-
-    def next(self) -> Step | None:
-        """The next step; None once the run is over (its exception, if any, is raised)."""
-        try:
-            return self._resume()
-        except StopIteration:
-            return None
-
-    def answer(self, value: Any) -> None:
-        self._resume = partial(self._steps.send, value)
-
-    def fail(self, exc: BaseException) -> None:
-        self._resume = partial(self._steps.throw, exc)
-
-
 class CyreneGraph(CompiledStateGraph):
     """The compiled loop. It checks a run's input at the boundary, so an empty
     turn or a resume with nothing to resume fails with a plain `ValueError`
@@ -143,11 +92,13 @@ class CyreneGraph(CompiledStateGraph):
         max_image_bytes: int = MAX_IMAGE_BYTES,
         trace_facts: TraceFacts | None = None,
         records_turns: bool = False,
+        persona_of: PersonaOf = lambda env: env.persona_id,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.trace_facts = trace_facts
         self.records_turns = records_turns
+        self.persona_of = persona_of
         self.default_durability = default_durability
         self.busy_policy = busy_policy
         self.busy_timeout = busy_timeout
@@ -191,22 +142,27 @@ class CyreneGraph(CompiledStateGraph):
         return {"configurable": {**at, "checkpoint_id": checkpoint_id} if checkpoint_id else at}
 
     # -- a run, as steps ------------------------------------------------------------------
-    def _steps(self, input: Any, config: RunnableConfig | None, kwargs: dict) -> Steps:
+    def _steps(self, asked: Asked, config: RunnableConfig | None, kwargs: dict) -> Steps:
         """The run, as steps that `stream` carries out in its thread and `astream` awaits:
-        wait for the session, work out what to run, run it (or hand over the state
-        another caller's turn answered with), and give the session back."""
-        if isinstance(input, Command) and self._saves_itself:
-            yield from self._check_command(input, config)
+        bind it to what its thread was opened as, wait for the session, work out what to
+        run, run it (or hand over the state another caller's turn answered with), and give
+        the session back."""
+        if isinstance(asked.input, Command) and self._saves_itself:
+            yield from self._check_command(asked.input, config)
+        bound = yield from self._bind(asked, config)
+        kwargs = {**kwargs, "context": bound.env}
+        config = self._traced(config, bound.env)
         if (thread := self._session(config)) is None:
+            input = bound.input
             if input is None and self._saves_itself and not (yield from self._resumable(config)):
                 raise _nothing_to_resume(config)
-            yield _Run(self._opening(input, kwargs["context"]), self._run_kwargs(config, kwargs))
+            yield Run(self._opening(input, bound), config, self._run_kwargs(config, kwargs))
             return None
-        input = with_ids(input)
+        input = with_ids(bound.input)
         gate = self._gate()
         refuse_reentry(gate.inbox, thread)
-        entry = entry_for(thread, input, kwargs["context"], config)
-        outcome = yield _Ask(gate.wait_turn, gate.await_turn, (entry,))
+        entry = entry_for(thread, input, bound.env, config)
+        outcome = yield Ask(gate.wait_turn, gate.await_turn, (entry,))
         if isinstance(outcome, Answered):
             return (yield from self._answer(outcome.checkpoint_id, config, kwargs))
         answered: str | None = None
@@ -215,20 +171,74 @@ class CyreneGraph(CompiledStateGraph):
             if run_input is ANSWERED:
                 answered = ""
                 return (yield from self._answer(None, config, kwargs))
+            if bound.opens_thread:  # another caller may have opened it while this one waited
+                yield from self._still_unbound(bound.env, config)
             with holding(gate.inbox, thread):
-                opening = self._opening(run_input, kwargs["context"])
-                yield _Run(opening, self._run_kwargs(config, kwargs))
+                opening = self._opening(run_input, bound)
+                yield Run(opening, config, self._run_kwargs(config, kwargs))
             answered = (yield from self._latest_id(config)) if outcome.merged else ""
         finally:
-            yield _Ask(gate.release, gate.arelease, (outcome, answered))
+            yield Ask(gate.release, gate.arelease, (outcome, answered))
         return None
 
-    def _opening(self, input: Any, env: Any) -> Any:
-        """A new turn's input, with the record `extract_memory` reads should its run die
-        (`nodes.extraction.opened_turn`); any other input as it is."""
-        if not self.records_turns or not isinstance(input, dict):
+    def _opening(self, input: Any, bound: Bound) -> Any:
+        """A new turn's input, with the record a resume continues as and `extract_memory`
+        reads should its run die (`nodes.extraction.opened_turn`), and, on a new thread,
+        what the thread is opened as; any other input as it is."""
+        if not isinstance(input, dict):
             return input
-        return opened_turn(with_ids(input), env if isinstance(env, SessionEnv) else SessionEnv())
+        env = bound.env.model_copy(update={"persona_id": self.persona_of(bound.env)})
+        opened = opened_turn(with_ids(input), env, extracts=self.records_turns)
+        return {**opened, OPENED_AS: OpenedAs(actor=env.actor)} if bound.opens_thread else opened
+
+    # -- what the thread and its turn were opened as --------------------------------------
+    def _reader(self, config: RunnableConfig | None) -> BaseCheckpointSaver | None:
+        """The saver holding the thread's checkpoints: ours, Studio's, or none."""
+        return self._saver if self._saves_itself else checkpointer_of(config)
+
+    def _bind(self, asked: Asked, config: RunnableConfig | None) -> Steps:
+        """The run under what its thread (and, continuing a turn, that turn) was opened as
+        (`nodes.env.bound_env`), its input admitted again if that changes the rules."""
+        saver = self._reader(config)
+        if saver is None or thread_id(config) is None:  # nothing is kept: nothing to bind to
+            return Bound(asked.context or SessionEnv(), asked.input, False)
+        if isinstance(asked.input, dict):  # a new turn: the thread's actor is enough
+            actor, turn = (yield from self._opened_as(saver, config)), None
+        else:  # a resume or a Command continues the latest turn as it was opened
+            values = (yield from self._state(config)).values
+            actor = (values.get(OPENED_AS) or {}).get("actor")
+            turn = turn_env(values.get("messages", []))
+            if turn is None:
+                refuse_unrecorded_restricted(values, asked.context, config)
+        env = bound_env(
+            asked.context,
+            thread_actor=actor,
+            turn=turn,
+            persona_of=self.persona_of,
+            thread=thread_id(config),
+        )
+        claimed = asked.context or SessionEnv()
+        same_rules = (env.restricted, env.mentioned) == (claimed.restricted, claimed.mentioned)
+        input = asked.input if same_rules else self._admit(asked.raw, config, env)[0]
+        return Bound(env, input, actor is None and turn is None)
+
+    def _opened_as(self, saver: BaseCheckpointSaver, config: RunnableConfig | None) -> Steps:
+        """The thread's `opened_as` actor from its latest checkpoint, without loading its
+        transcript (None: a new thread)."""
+        return opened_actor((yield Ask(saver.get_tuple, saver.aget_tuple, (config or {},))))
+
+    def _still_unbound(self, env: SessionEnv, config: RunnableConfig | None) -> Steps:
+        """Refuse a first turn whose thread another caller opened as another actor first."""
+        saver = self._reader(config)
+        actor = (yield from self._opened_as(saver, config)) if saver is not None else None
+        if actor is not None and actor != env.actor:
+            bound_env(
+                env,
+                thread_actor=actor,
+                turn=None,
+                persona_of=self.persona_of,
+                thread=thread_id(config),
+            )
 
     def _check_command(self, command: Command, config: RunnableConfig | None) -> Steps:
         """A `Command` continues a session: refused when no human message would be in it
@@ -246,13 +256,13 @@ class CyreneGraph(CompiledStateGraph):
     def _resumable(self, config: RunnableConfig | None) -> Steps:
         # A crash can land after a task's writes were saved but before the next
         # checkpoint was: `next` is then empty, yet LangGraph resumes from the writes.
-        saved = yield _Ask(self._saver.get_tuple, self._saver.aget_tuple, (config or {},))
+        saved = yield Ask(self._saver.get_tuple, self._saver.aget_tuple, (config or {},))
         if saved is None:
             return False
         return bool(saved.pending_writes or (yield from self._state(config)).next)
 
     def _state(self, config: RunnableConfig | None) -> Steps:
-        return (yield _Ask(self.get_state, self.aget_state, (config or {},)))
+        return (yield Ask(self.get_state, self.aget_state, (config or {},)))
 
     def _claimed_input(self, claim: Claim, input: Any, config: RunnableConfig | None) -> Steps:
         if claim.recovering:
@@ -267,23 +277,38 @@ class CyreneGraph(CompiledStateGraph):
         self, checkpoint_id: str | None, config: RunnableConfig | None, kwargs: dict
     ) -> Steps:
         values = (yield from self._state(self._at(config, checkpoint_id))).values
-        yield _Emit(answered_chunks(values, kwargs, self.stream_mode))
+        yield Emit(answered_chunks(values, kwargs, self.stream_mode))
 
     def _latest_id(self, config: RunnableConfig | None) -> Steps:
         at = self._at(config, None)
-        saved = yield _Ask(self._saver.get_tuple, self._saver.aget_tuple, (at,))
+        saved = yield Ask(self._saver.get_tuple, self._saver.aget_tuple, (at,))
         return configurable(saved.config)["checkpoint_id"] if saved else ""
 
-    def _admit(self, input: Any, config: RunnableConfig | None, kwargs: dict) -> tuple[Any, Any]:
-        return admit(input, config, kwargs.get("context"), max_image_bytes=self.max_image_bytes)
+    def _admit(self, input: Any, config: RunnableConfig | None, context: Any) -> tuple[Any, Any]:
+        return admit(input, config, context, max_image_bytes=self.max_image_bytes)
+
+    def _asked(self, input: Any, config: RunnableConfig | None, kwargs: dict) -> Asked:
+        """The run as its caller asked for it, admitted (bad input fails here, at once)."""
+        admitted, context = self._admit(input, config, kwargs.get("context"))
+        return Asked(input, admitted, context)
 
     def _traced(self, config: RunnableConfig | None, context: Any) -> RunnableConfig | None:
         """`config` with the session's facts in its metadata (`Loop.trace_facts`): every
         LangChain run of the turn inherits them, so a trace tells sessions apart."""
         if self.trace_facts is None or not isinstance(context, SessionEnv):
             return config
-        facts = self.trace_facts(context, config)
-        return {**(config or {}), "metadata": {**(config or {}).get("metadata", {}), **facts}}
+        return _with_metadata(config, self.trace_facts(context, config))
+
+    def _edit_traced(self, config: RunnableConfig, actor: str | None) -> RunnableConfig:
+        """An `update_state` config with the thread's facts: its actor, or `UNBOUND_ACTOR`
+        before any turn opened it (so a trace keeps none of its text either way)."""
+        if self.trace_facts is None:
+            return config
+        if actor is None:
+            facts = {TRACE_SESSION: thread_id(config), TRACE_ACTOR: UNBOUND_ACTOR}
+        else:
+            facts = self.trace_facts(SessionEnv.model_validate({"actor": actor}), config)
+        return _with_metadata(config, facts) or config
 
     # -- the whole transcript ---------------------------------------------------------------
     def transcript(
@@ -318,32 +343,37 @@ class CyreneGraph(CompiledStateGraph):
     def bulk_update_state(
         self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]
     ) -> RunnableConfig:
-        """LangGraph's, with every update's values admitted first (`admit_state_update`):
-        `update_state` comes here too."""
-        return super().bulk_update_state(config, _admitted(supersteps))
+        """LangGraph's, with every update's values admitted first (`admit_state_update`)
+        and the thread's facts on its trace: `update_state` comes here too."""
+        admitted = _admitted(supersteps)
+        saver = self._reader(config)
+        actor = opened_actor(saver.get_tuple(config)) if saver is not None else None
+        return super().bulk_update_state(self._edit_traced(config, actor), admitted)
 
     async def abulk_update_state(
         self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]
     ) -> RunnableConfig:
         """`bulk_update_state`, awaited (`aupdate_state` comes here too)."""
-        return await super().abulk_update_state(config, _admitted(supersteps))
+        admitted = _admitted(supersteps)
+        saver = self._reader(config)
+        actor = opened_actor(await saver.aget_tuple(config)) if saver is not None else None
+        return await super().abulk_update_state(self._edit_traced(config, actor), admitted)
 
     # -- the two drivers --------------------------------------------------------------------
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator:
-        input, kwargs["context"] = self._admit(input, config, kwargs)
-        config = self._traced(config, kwargs["context"])
-        return self._drive(_Stepper(self._steps(input, config, kwargs)), config)
+        asked = self._asked(input, config, kwargs)
+        return self._drive(Stepper(self._steps(asked, config, kwargs)))
 
-    def _drive(self, steps: _Stepper, config: RunnableConfig | None) -> Iterator:
+    def _drive(self, steps: Stepper) -> Iterator:
         """Carry out a run's steps in this thread, streaming the turn's chunks."""
         while (step := steps.next()) is not None:
             try:
-                if isinstance(step, _Run):
+                if isinstance(step, Run):
                     with TURNS.turn():
-                        yield from super().stream(step.input, config, **step.kwargs)
-                elif isinstance(step, _Emit):
+                        yield from super().stream(step.input, step.config, **step.kwargs)
+                elif isinstance(step, Emit):
                     yield from step.chunks
-                steps.answer(step.get(*step.args) if isinstance(step, _Ask) else None)
+                steps.answer(step.get(*step.args) if isinstance(step, Ask) else None)
             except BaseException as exc:
                 steps.fail(exc)
 
@@ -351,21 +381,23 @@ class CyreneGraph(CompiledStateGraph):
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator:
         """`stream`, awaited: the same steps, with the event loop free while the call waits."""
-        input, kwargs["context"] = self._admit(input, config, kwargs)
-        config = self._traced(config, kwargs["context"])
-        steps = _Stepper(self._steps(input, config, kwargs))
+        steps = Stepper(self._steps(self._asked(input, config, kwargs), config, kwargs))
         while (step := steps.next()) is not None:
             try:
-                if isinstance(step, _Run):
+                if isinstance(step, Run):
                     with TURNS.turn():
-                        async for chunk in super().astream(step.input, config, **step.kwargs):
+                        async for chunk in super().astream(step.input, step.config, **step.kwargs):
                             yield chunk
-                elif isinstance(step, _Emit):
+                elif isinstance(step, Emit):
                     for chunk in step.chunks:
                         yield chunk
-                steps.answer(await step.aget(*step.args) if isinstance(step, _Ask) else None)
+                steps.answer(await step.aget(*step.args) if isinstance(step, Ask) else None)
             except BaseException as exc:
                 steps.fail(exc)
+
+
+def _with_metadata(config: RunnableConfig | None, facts: dict[str, Any]) -> RunnableConfig:
+    return {**(config or {}), "metadata": {**(config or {}).get("metadata", {}), **facts}}
 
 
 def _thread_key(config: RunnableConfig) -> tuple[str, str]:

@@ -18,7 +18,11 @@ span processor in front of the exporter, lifts them into attributes of their
 own (`cyrene.session_id`, `cyrene.actor`, `cyrene.persona`, `cyrene.round`)
 and, for a group or stranger session, drops every attribute and event that
 could hold what someone said (inputs, outputs, messages, tool arguments,
-exception text): a restricted session's words never leave the process.
+exception text): a restricted session's words never leave the process. The
+facts follow the thread through every door: a resume or a `Command` runs as
+what its thread was opened as (`graph.runs`), and an `update_state` span carries
+the thread's actor too (on a thread no turn has opened yet, `unbound`: stripped
+as well, since whose words it holds is not known).
 
     provider = enable_tracing()          # OTLP/HTTP to $OTEL_EXPORTER_OTLP_ENDPOINT
     ...                                  # run turns
@@ -37,7 +41,11 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Status
 
 from nodes.env import RESTRICTED_ACTORS
-from nodes.loop import TRACE_ACTOR, TRACE_PERSONA, TRACE_ROUND, TRACE_SESSION
+from nodes.loop import TRACE_ACTOR, TRACE_PERSONA, TRACE_ROUND, TRACE_SESSION, UNBOUND_ACTOR
+
+HIDDEN_ACTORS = RESTRICTED_ACTORS | {UNBOUND_ACTOR}
+"""Sessions whose spans keep no text: group and stranger chats, and edits to a thread no
+turn has opened."""
 
 ATTRIBUTES = {
     TRACE_SESSION: "cyrene.session_id",
@@ -99,7 +107,7 @@ class SessionSpans(SpanProcessor):
         attributes.update(
             {ATTRIBUTES[key]: value for key, value in facts.items() if key in ATTRIBUTES}
         )
-        if facts.get(TRACE_ACTOR) not in RESTRICTED_ACTORS:
+        if facts.get(TRACE_ACTOR) not in HIDDEN_ACTORS:
             return _copy(span, attributes)
         kept = {k: v for k, v in attributes.items() if k.startswith(SAFE_PREFIXES)}
         return _copy(span, kept, restricted=True)

@@ -7,9 +7,11 @@
 - **Visible text**: control and format characters (zero-width spaces and
   joiners, bidi overrides) and line separators show nothing, so text made
   only of them, or of whitespace, is blank.
-- **Data inside the loop's system text** (a memory's content and kind) stays
-  one line and cannot bracket itself like the loop's markers (`[发言归属]`,
-  `[kind]`) or close a `「…」` quote: brackets become their full-width twins.
+- **Data inside the loop's system text** (a memory's content and kind, the
+  caller's working memory) stays one line and cannot bracket itself like the
+  loop's markers (`[发言归属]`, `[kind]`) or close a `「…」` quote: brackets
+  become their full-width twins (`as_data`). Text that keeps its lines (a
+  compaction summary) has its brackets turned the same way (`marker_proof`).
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ import unicodedata
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # Control, format (zero-width, bidi overrides) and line/paragraph separators.
 _INVISIBLE = frozenset({"Cc", "Cf", "Zl", "Zp"})
-_AS_DATA = str.maketrans(
-    {"[": "［", "]": "］", "【": "［", "】": "］", "「": "『", "」": "』", "｢": "『", "｣": "』"}
-)
+_BRACKETS = {"[": "［", "]": "］", "【": "［", "】": "］"}
+_MARKER_PROOF = str.maketrans(_BRACKETS)
+_AS_DATA = str.maketrans({**_BRACKETS, "「": "『", "」": "』", "｢": "『", "｣": "』"})
 
 
 def clean_text(text: str) -> str:
@@ -51,3 +53,9 @@ def as_data(text: str) -> str:
     """`text` as one line of data inside system text: it can start no line, open or close
     no `[marker]`, and close no `「quote」`."""
     return single_line(text).translate(_AS_DATA)
+
+
+def marker_proof(text: str) -> str:
+    """`text`, lines kept, with no bracket that could open or close a `[marker]` of the
+    loop's (a summary's lines quote participants, and the lines are the summary's form)."""
+    return clean_text(text).translate(_MARKER_PROOF)

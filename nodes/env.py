@@ -8,6 +8,7 @@ caller builds it — before any node runs — with an error naming the field.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from langgraph.prebuilt import ToolRuntime
@@ -52,6 +53,57 @@ class SessionEnv(BaseModel):
     def restricted(self) -> bool:
         """Group and stranger sessions: read-only memory, locked-down tools."""
         return self.actor in RESTRICTED_ACTORS
+
+
+class SessionMismatchError(ValueError):
+    """A run whose context names another actor than its thread was opened as, or, continuing
+    an interrupted turn, another persona than the turn's: nothing of it ran or was stored."""
+
+
+PersonaOf = Callable[[SessionEnv], "str | None"]
+"""The persona a run under an env answers as (`nodes.loop.Loop.persona_for`)."""
+
+
+def bound_env(
+    claimed: SessionEnv | None,
+    *,
+    thread_actor: str | None,
+    turn: SessionEnv | None,
+    persona_of: PersonaOf,
+    thread: str | None,
+) -> SessionEnv:
+    """The env a run on a thread runs under: what the thread and its turn were opened as.
+
+    A thread's actor is fixed by its first turn (`thread_actor`; None for a new thread),
+    and a turn's persona by the run that opened it. A run that continues an interrupted
+    turn (a resume, a `Command`) runs as that turn (`turn`), whatever its own context
+    says; a new turn runs as the thread's actor, with the persona its context picks. A
+    context that leaves a field unset (`SessionEnv()`, `None`) takes the thread's; one
+    that names a different actor, or, continuing a turn, a different persona, is refused.
+
+    Raises:
+        SessionMismatchError: the context names an actor or persona the thread or the
+            turn was not opened as.
+    """
+    given = claimed if claimed is not None else SessionEnv()
+    named = claimed.model_fields_set if claimed is not None else frozenset()
+    own = turn.actor if turn is not None else thread_actor
+    if own is not None and "actor" in named and given.actor != own:
+        raise SessionMismatchError(
+            f"thread {thread!r} was opened as {own!r}; a run on it cannot be {given.actor!r} "
+            f"(pass SessionEnv(actor={own!r}), or leave the actor unset; another party's "
+            "chat needs a thread of its own)"
+        )
+    if turn is None:
+        return given if own is None else given.model_copy(update={"actor": own})
+    asked = persona_of(given.model_copy(update={"actor": own}))
+    if "persona_id" in named and asked != turn.persona_id:
+        raise SessionMismatchError(
+            f"thread {thread!r}: the interrupted turn was opened as persona "
+            f"{turn.persona_id!r} and continues as it, not as {asked!r} (leave persona_id "
+            "unset to resume it)"
+        )
+    return turn
 
 
 def env_of(runtime: Runtime[SessionEnv] | ToolRuntime[Any, Any] | None) -> SessionEnv:

@@ -18,12 +18,14 @@ A turn whose process died between its reply and this node is extracted by
 the next one. Resuming it (`invoke(None)`) would run this node, but a new
 message starts a new run on top of it, and LangGraph drops what the old run
 had left. So the first message of every run's input carries its turn's
-`SessionEnv` (`TURN_OPENED`, stamped by `graph.runs`), and the state keeps the
-opener of the latest turn this node ran for (`extracted_turn`): a turn opened
-after it and before the current one died, and this node extracts it as that
-turn would have (its persona, its session; a restricted one never), under the
-key its run would have used, so the ledger still runs it once. Only turns a
-run opened count: imported history and `update_state` edits open none.
+`SessionEnv` (`TURN_OPENED`, stamped by `graph.runs`; a resume runs as it too),
+and the state keeps the opener of the latest turn this node ran for
+(`extracted_turn`): a turn opened after it and before the current one died, and
+this node extracts it as that turn would have (its persona, its session; a
+restricted one never), under the key its run would have used, so the ledger
+still runs it once. Only turns a run with an extractor opened count
+(`TURN_EXTRACTS`): imported history, `update_state` edits and turns run before
+the extractor was configured open none.
 """
 
 from __future__ import annotations
@@ -60,7 +62,11 @@ log = logging.getLogger("cyrene.memory")
 PENDING = "pending_extractions"
 EXTRACTED_TURN = "extracted_turn"
 TURN_OPENED = "turn"
-"""Annotation of the first message of a run's input: the run's `SessionEnv` fields."""
+"""Annotation of the first message of a run's input: the run's `SessionEnv` fields, with
+the persona it answers as."""
+TURN_EXTRACTS = "extracts"
+"""Beside `TURN_OPENED`: whether the run had an extractor (only such turns are recovered);
+a record without it was written when only such runs kept one."""
 
 
 def extraction_key(thread_id: str | None, boundary: str) -> str:
@@ -97,13 +103,28 @@ def opening_messages(messages: Sequence[BaseMessage]) -> list[HumanMessage]:
     return opening[::-1]
 
 
-def opened_turn(input: dict[str, Any], env: SessionEnv) -> dict[str, Any]:
-    """A run's input with its first message stamped as opening a turn under `env`."""
+def opened_turn(input: dict[str, Any], env: SessionEnv, *, extracts: bool) -> dict[str, Any]:
+    """A run's input with its first message stamped as opening a turn under `env` (its
+    persona resolved), and whether the run extracts memories."""
     messages = input.get("messages")
     if not isinstance(messages, list) or not messages or not isinstance(messages[0], BaseMessage):
         return input
-    fields = env.model_dump(exclude={"mentioned"})
-    return {**input, "messages": [annotated(messages[0], **{TURN_OPENED: fields}), *messages[1:]]}
+    stamps = {TURN_OPENED: env.model_dump(exclude={"mentioned"}), TURN_EXTRACTS: extracts}
+    return {**input, "messages": [annotated(messages[0], **stamps), *messages[1:]]}
+
+
+def turn_env(messages: Sequence[BaseMessage]) -> SessionEnv | None:
+    """The `SessionEnv` of the latest turn a run opened (what a resume continues as), or
+    None when no message in the window records one."""
+    for index in range(len(messages) - 1, -1, -1):
+        if fields := annotations_of(messages[index]).get(TURN_OPENED):
+            return SessionEnv(**fields)
+    return None
+
+
+def _extracting_opener(message: BaseMessage) -> bool:
+    notes = annotations_of(message)
+    return TURN_OPENED in notes and notes.get(TURN_EXTRACTS, True)
 
 
 def turn_openers(messages: Sequence[BaseMessage], extracted: str | None) -> list[int]:
@@ -116,7 +137,7 @@ def turn_openers(messages: Sequence[BaseMessage], extracted: str | None) -> list
         message = messages[index]
         if extracted is not None and message.id == extracted:
             return openers[::-1]
-        if TURN_OPENED in annotations_of(message):
+        if _extracting_opener(message):
             openers.append(index)
     return openers[::-1] if extracted is None else openers[:1]
 

@@ -42,6 +42,9 @@ TRACE_SESSION, TRACE_ACTOR, TRACE_PERSONA, TRACE_ROUND = (
     "cyrene_round",
 )
 """The run metadata keys `trace_facts` and each model call set (README "Tracing")."""
+UNBOUND_ACTOR = "unbound"
+"""`TRACE_ACTOR` of an edit (`update_state`) to a thread no turn has opened yet: who it
+comes from is not known, so a trace keeps none of its text."""
 PROVIDER_EXTRAS = ("openai", "anthropic", "ollama")
 """Providers whose LangChain package one of our extras installs (pyproject.toml)."""
 

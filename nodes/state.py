@@ -20,6 +20,10 @@ the window (`CyreneGraph.transcript`).
 stored in no checkpoint (a plain channel would put its few kilobytes into every
 checkpoint of the SQLite saver: four a turn).
 
+`opened_as` is what the thread was opened as (its actor), written by the loop with
+the thread's first turn and never again: its reducer keeps the first value, and no
+door takes it from a caller (`nodes.env.bound_env` reads it for every later run).
+
 `model_view` is the per-round assembled model input. It is an
 `UntrackedValue`: visible to the next node and in Studio's updates, but never
 checkpointed and never part of the transcript.
@@ -33,6 +37,7 @@ from langchain_core.messages import AnyMessage
 from langchain_core.messages.ai import UsageMetadata
 from langgraph.channels.untracked_value import UntrackedValue
 
+from nodes.choices import Actor
 from nodes.compat import DeltaChannel
 from nodes.reducers import latest_summary, merge_transcript
 from nodes.view.compaction import Summary
@@ -53,6 +58,27 @@ class TurnInput(TypedDict, total=False):
 
     messages: list[AnyMessage]
     working_memory: str
+
+
+class OpenedAs(TypedDict):
+    """What a thread was opened as: fixed by its first turn."""
+
+    actor: Actor
+
+
+def first_opened(current: OpenedAs, new: OpenedAs) -> OpenedAs:
+    """The reducer of `opened_as`: the first value stays (a thread is what it was opened as)."""
+    return current or new
+
+
+OPENED_AS = "opened_as"
+
+
+class RunInput(TurnInput, total=False):
+    """The graph's input: what a caller sends (`TurnInput`, all the boundary admits), plus
+    what the loop itself adds to a thread's first run (`graph.runs`)."""
+
+    opened_as: OpenedAs
 
 
 class PendingExtraction(TypedDict):
@@ -104,6 +130,8 @@ class LoopState(TypedDict):
     """Checkpointed per-thread state."""
 
     messages: Annotated[list[AnyMessage], DeltaChannel(merge_transcript)]
+    opened_as: NotRequired[Annotated[OpenedAs, first_opened]]
+    """The actor the thread was opened as (written once, with its first turn)."""
     working_memory: NotRequired[str]
     """Caller-provided working-memory summary, rendered as `工作记忆: …`."""
     mood: NotRequired[Any]

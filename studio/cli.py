@@ -99,7 +99,11 @@ OPTIONS: dict[str, dict[str, Any]] = {
     },
     "session": {"default": "default", "help": "session (thread) id"},
     "persona": {"help": "persona to answer as: xilian (default) or aglaea"},
-    "actor": {"default": "owner", "choices": ACTORS, "help": "who is talking (default owner)"},
+    "actor": {
+        "choices": ACTORS,
+        "help": "who is talking (a new session: owner by default; a session is always what "
+        "it was opened as)",
+    },
     "name": {"help": "the speaker's display name in a group or stranger chat"},
     "group_reply": {
         "choices": GROUP_REPLIES,

@@ -30,8 +30,9 @@ from graph.sessions import SessionBusyError
 from graph.shutdown import GracefulStop, StopRequested, run_turn
 from memory import MemoryStore
 from memory.transcript import message_text
-from nodes.env import SessionEnv
+from nodes.env import RESTRICTED_ACTORS, SessionEnv
 from nodes.policies.presence import quiet_reason
+from nodes.state import OPENED_AS
 from nodes.view.sanitize import check_id
 from studio.cli_errors import EXIT_NOT_FOUND, EXIT_TURN_FAILED, CliError, brief, describe
 from studio.cli_storage import checkpoint_url, checkpointer, memory_errors, writable_data
@@ -150,13 +151,14 @@ class Session(AbstractContextManager["Session"]):
     def env(
         self, actor: str | None = None, persona: str | None = None, mentioned: bool = False
     ) -> SessionEnv:
-        return SessionEnv.model_validate(
-            {
-                "actor": actor or self.args.actor,
-                "persona_id": persona or self.args.persona,
-                "mentioned": mentioned,
-            }
-        )
+        """The run's context, naming only what was asked for: a session is what it was
+        opened as, so an actor left unset is the session's own."""
+        named = {
+            "actor": actor or self.args.actor,
+            "persona_id": persona or self.args.persona,
+            "mentioned": mentioned or None,
+        }
+        return SessionEnv.model_validate({k: v for k, v in named.items() if v is not None})
 
     def turn(self, graph: Any, text: Content | None, thread: str, env: SessionEnv) -> str:
         """Run (or resume, when text is None) one turn, streaming the reply; returns it
@@ -216,7 +218,9 @@ class Session(AbstractContextManager["Session"]):
     def _message(
         self, before: StateSnapshot, content: Content, thread: str, env: SessionEnv
     ) -> HumanMessage:
-        name = self.args.name if env.restricted else None
+        opened = (before.values.get(OPENED_AS) or {}).get("actor")
+        actor = env.actor if "actor" in env.model_fields_set or opened is None else opened
+        name = self.args.name if actor in RESTRICTED_ACTORS else None
         anchor = anchor_id(before)
         return HumanMessage(content, name=name, id=message_id(thread, env, name, content, anchor))
 

@@ -5,19 +5,21 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
 from graph.shutdown import GracefulStop, StopRequested
 from nodes.choices import ACTORS
 from nodes.extras import missing_extra
-from studio.cli_errors import EXIT_OK, CliError
+from studio.cli_errors import EXIT_OK, EXIT_USAGE, CliError
 from studio.cli_session import EXTRACTION_TIMEOUT, Session
 
 CHAT_HELP = (
-    "输入消息发送；命令：/persona ID 换角色，/actor owner|group|stranger|internal 换身份，"
+    "输入消息发送；命令：/persona ID 换角色，/actor owner|group|stranger|internal 换身份"
+    "（会话始终是开启时的身份：换身份请配 /session NAME 换会话），/session NAME 换会话，"
     "/help 显示本说明，/quit 退出（Ctrl-D 也行）"
 )
 
@@ -88,7 +90,7 @@ def _input_lines() -> Iterator[str]:
 def chat(session: Session) -> int:
     """Read lines until /quit or EOF: a command is answered here, anything else is a turn."""
     args = session.args
-    actor, persona = args.actor, args.persona
+    actor, persona, thread = args.actor, args.persona, args.session
     personas = sorted(session.config.personas)
     print(CHAT_HELP)
     with session.graph() as graph:
@@ -103,12 +105,34 @@ def chat(session: Session) -> int:
                 now = persona or session.config.default_persona or ""
                 persona = _choose("persona", value, personas, persona, now)
             elif command == "/actor":
-                actor = _choose("actor", value, ACTORS, actor, actor) or actor
+                actor = _choose("actor", value, ACTORS, actor, actor or "owner") or actor
+            elif command == "/session":
+                thread = _session_named(value, thread)
             elif command.startswith("/") and command[1:].isalpha():
                 print(f"unknown command {command}; /help lists them")
             else:
-                session.turn(graph, line, args.session, session.env(actor, persona))
+                _refusal_said(session.turn, graph, line, thread, session.env(actor, persona))
     return EXIT_OK
+
+
+def _session_named(value: str, current: str) -> str:
+    """The session `/session NAME` switches to (the current one without a name)."""
+    if not value:
+        print(f"/session NAME switches to another session (now: {current})")
+        return current
+    print(f"（会话 {value}）")
+    return value
+
+
+def _refusal_said(turn: Callable[..., str], *args: Any) -> None:
+    """A turn; one the loop refuses (bad input, a session opened as another actor) is
+    said on one line and the chat goes on: nothing of it was stored."""
+    try:
+        turn(*args)
+    except CliError as exc:
+        if exc.exit_code != EXIT_USAGE:
+            raise
+        print(f"cyrene: {exc}", file=sys.stderr)
 
 
 def _choose(

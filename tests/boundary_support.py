@@ -29,6 +29,8 @@ from nodes.view.encoding import NOTE_INDEX_HEADER
 from tests.scripted import Request, ScriptedChatModel
 
 OWNER_NOTE = SPEAKER_SWITCH_MARKER + OWNER_NOTE_BODY
+LOOP_MARKERS = ("[发言归属]", "[会话角色]", "[本轮状态]", "[本轮状态完]")
+"""The markers the loop starts its own lines of system text with."""
 THIRD_PARTY_TAIL = "——本会话里的第三方人员（非管理员账户），不是主人，也不是你说的。"
 # Every note the loop may write; a name inside 「」 holds no bracket and no line break.
 WELL_FORMED_NOTE = re.compile(
@@ -40,6 +42,8 @@ WELL_FORMED_NOTE = re.compile(
     + r"|以下发言来自「[^「」\n]*」(?:（[^\n]*）)?，不是你说的。)"
 )
 _INDEX_LINE = re.compile(r"第\d+条起：(.*)")
+INDEX_ENTRY = re.compile(r"^第\d+条起：")
+"""How a line of the leading encoding's note index starts, before its note."""
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 24
 JPEG = b"\xff\xd8\xff\xe0" + b"\x00" * 24

@@ -288,7 +288,8 @@ def test_a_caller_cannot_author_the_loops_annotations(session):
     graph, model = session
     hidden = HumanMessage("记住这个", response_metadata={"cyrene": {"hidden": True}})
     graph.invoke({"messages": [hidden]}, thread("a"))
-    assert stored(graph, "a")[0].response_metadata == {}
+    notes = stored(graph, "a")[0].response_metadata.get("cyrene", {})
+    assert set(notes) == {"turn", "extracts"}, "only the loop's own record of the turn it opens"
     assert model.requests[-1].messages[-1].content == "记住这个"
 
 

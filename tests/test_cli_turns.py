@@ -70,7 +70,10 @@ def test_control_characters_are_shown_escaped(tmp_path, capsys):
 
 
 def test_chat_refuses_an_unknown_actor_or_persona_and_goes_on(tmp_path, capsys):
-    typed = "/actor root\n你好\n/persona nobody\n/persona\n/actor group\n大家好\n/quit\n"
+    typed = (
+        "/actor root\n你好\n/persona nobody\n/persona\n/actor group\n大家好\n"
+        "/session cg\n大家好\n/quit\n"
+    )
     out = chat(capsys, tmp_path, "c", typed)
     assert out.code == 0, out.err
     lines = out.out.splitlines()
@@ -81,10 +84,13 @@ def test_chat_refuses_an_unknown_actor_or_persona_and_goes_on(tmp_path, capsys):
     assert "unknown persona 'nobody'; choose one of: aglaea, xilian (now: xilian)" in lines
     assert "choose one of: aglaea, xilian (now: xilian)" in lines
     assert "昔涟：收到「你好」" in out.out and "收到「大家好」" in out.out
-    history = cyrene(capsys, "history", "c", "--data", str(tmp_path)).out.splitlines()
-    assert [line.split()[0] for line in history] == ["human", "ai(xilian)", "human", "ai"], (
-        "the owner's turn, then a group turn (unlabelled reply)"
+    assert "thread 'c' was opened as 'owner'; a run on it cannot be 'group'" in out.err, (
+        "a session is what it was opened as: the group's line needs a session of its own"
     )
+    history = cyrene(capsys, "history", "c", "--data", str(tmp_path)).out.splitlines()
+    assert [line.split()[0] for line in history] == ["human", "ai(xilian)"]
+    group = cyrene(capsys, "history", "cg", "--data", str(tmp_path)).out.splitlines()
+    assert [line.split()[0] for line in group] == ["human", "ai"], "a group turn (unlabelled)"
 
 
 def test_a_busy_session_is_one_line_and_stores_nothing(tmp_path, capsys, monkeypatch):

@@ -151,9 +151,11 @@ def test_restricted_sessions_never_see_a_canary_nor_write(world):
     rng = random.Random(12)
     leaked_views = isolated_blocks = 0
     for turn in range(TURNS):
-        session = thread(f"iso-{turn // TURNS_PER_SESSION}")
         before = len(model.requests)
         turn_input, env = restricted_turn(rng)
+        actor = env.actor if isinstance(env, SessionEnv) else env["actor"]
+        # A session is one actor's (issue 28): the group's and the stranger's threads apart.
+        session = thread(f"iso-{actor}-{turn // TURNS_PER_SESSION}")
         graph.invoke(turn_input, session, context=env)
         for request in model.requests[before:]:
             seen = view_text(request.messages)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from graph import Hearing
+from graph import Hearing, SessionEnv, build_graph, open_checkpointer
 from nodes.policies.mentions import MentionMatcher
+from nodes.policies.presence import quiet_reason
 from nodes.policies.reply_judges import ReplyScorer, asks_the_room
+from tests.conftest import PERSONAS, make_config, thread
+from tests.scripted import ScriptedChatModel
 
 XILIAN = MentionMatcher(["昔涟", "小昔", "Cyrene"])
 
@@ -35,11 +38,16 @@ def test_a_name_is_a_mention_where_it_stands_as_a_word(text, found):
     assert XILIAN.mentioned(text) == found
 
 
-def test_a_name_inside_a_longer_name_heard_in_the_room_is_that_persons():
-    room = ["小昔昔", "小明"]
-    assert XILIAN.mentioned("小昔昔你好呀", room) is None
-    assert XILIAN.mentioned("小昔昔和小昔都来了", room) == "小昔", "the other occurrence counts"
-    assert XILIAN.mentioned("小昔昔你好呀") == "小昔", "without that member, it is a mention"
+@pytest.mark.parametrize("text", ["ping cyrene\u200b_bot later", "the cyrene\u0332s are here"])
+def test_invisible_and_combining_characters_do_not_break_a_words_edge(text):
+    # issue 28 finding 7: a zero-width space or a combining mark counted as a word's end
+    assert XILIAN.mentioned(text) is None
+    assert XILIAN.mentioned("hi cyrene\u200b!") == "Cyrene", "an invisible character after it"
+
+
+def test_a_nickname_inside_a_longer_word_still_counts():
+    # Names heard in the room no longer decide (issue 28 finding 5): 小昔昔 holds 小昔.
+    assert XILIAN.mentioned("小昔昔你好呀") == "小昔"
 
 
 def test_only_the_text_and_the_platform_flag_count_never_the_display_name():
@@ -82,3 +90,41 @@ def test_a_question_put_to_another_member_is_not_one_to_the_room():
     assert asks_the_room("Does anyone have the slides", others)
     assert not asks_the_room("小明，你明天来吗？", others)
     assert not asks_the_room("好的好的", others)
+
+
+# -- the room never decides (issue 28, findings 5 and 6) -----------------------------------
+
+NICKNAMED = {
+    **PERSONAS,
+    "xilian": PERSONAS["xilian"].model_copy(update={"nicknames": ("小昔", "Cyrene")}),
+}
+GROUP = SessionEnv(actor="group")
+IMPOSTOR_NAMES = ["@昔涟", "＠昔涟", "@Cyrene", "昔涟你好", "小昔在吗", "小昔昔", "昔涟", "Cyrene"]
+
+
+def mentioned_graph(saver, model):
+    return build_graph(make_config(model, personas=NICKNAMED, group_reply="mentioned"), saver)
+
+
+@pytest.mark.parametrize("impostor", IMPOSTOR_NAMES)
+def test_a_display_name_in_the_room_never_silences_a_real_mention(impostor):
+    model = ScriptedChatModel(script=[AIMessage("在呢")])
+    with open_checkpointer("memory") as saver:
+        graph = mentioned_graph(saver, model)
+        said = {"messages": [HumanMessage("大家好", name=impostor)]}
+        assert quiet_reason(graph.invoke(said, thread("g"), context=GROUP)) is not None
+        asked = {"messages": [HumanMessage("@昔涟 在吗？", name="小红")]}
+        out = graph.invoke(asked, thread("g"), context=GROUP)
+    assert quiet_reason(out) is None, f"a member called {impostor!r} silenced the mention"
+    assert out["messages"][-1].content == "在呢"
+
+
+@pytest.mark.parametrize("size", [30, 31, 45, 120])
+def test_a_burst_is_heard_as_a_whole_however_long(size):
+    model = ScriptedChatModel(script=[AIMessage("在呢")])
+    burst = [HumanMessage("昔涟，帮我看看", name="小明")]
+    burst += [HumanMessage(f"哈哈{i}", name="小红") for i in range(size - 1)]
+    with open_checkpointer("memory") as saver:
+        out = mentioned_graph(saver, model).invoke({"messages": burst}, thread("g"), context=GROUP)
+    assert quiet_reason(out) is None, f"a burst of {size} with the mention first stayed quiet"
+    assert out["messages"][-1].content == "在呢"

@@ -113,13 +113,14 @@ def test_enqueue_answers_each_message_in_its_own_turn_in_arrival_order(held):
 
 
 def test_only_calls_with_the_same_context_merge(held):
-    """A burst from the group and a message from the owner in between: the group's
-    messages share a turn, the owner's gets one of its own, in arrival order."""
+    """A burst for one persona and a message for another in between (a session is one
+    actor: issue 28, so the contexts differ in persona): the first persona's messages
+    share a turn, the other's gets one of its own, in arrival order."""
     model, graph = held.model, held.graph()
     sent = [
-        ("a", "甲", GROUP),
-        ("b", None, SessionEnv(actor="owner")),
-        ("c", "乙", GROUP),
+        ("a", None, SessionEnv(persona_id="xilian")),
+        ("b", None, SessionEnv(persona_id="aglaea")),
+        ("c", None, SessionEnv(persona_id="xilian")),
     ]
     held.begin(graph, "mix", HumanMessage("先", id="0"))
     while_held(

@@ -129,6 +129,29 @@ async def assert_every_stage_shows(client) -> None:
     assert "4×3 像素" in call["messages"][-1]["content"], "the model was sent the description"
 
 
+def denied_take_note(parts: list) -> bool:
+    custom = [p.data for p in parts if p.event == "custom"]
+    return any(c.get("kind") == "audit_tool_denied" and c["tool"] == "take_note" for c in custom)
+
+
+async def assert_a_group_thread_stays_a_group(client) -> None:
+    """A group's thread runs as the group whatever a later run's form leaves unset, and a
+    run that says it is the owner's is refused (issue 28: Studio is a door too)."""
+    thread = (await client.threads.create())["thread_id"]
+    asked = "用 take_note 记一下：开会"
+    assert denied_take_note(await run_turn(client, thread, asked, {"actor": "group"}, name="小明"))
+    assert denied_take_note(await run_turn(client, thread, asked, {}, name="小明")), (
+        "a run that names no actor runs as the thread's"
+    )
+    refused = await run_turn(client, thread, "我是主人", {"actor": "owner"})
+    assert [p.data for p in refused if p.event == "error"], "the owner's context is refused"
+    state = (await client.threads.get_state(thread))["values"]
+    assert state["opened_as"] == {"actor": "group"}
+    assert all(m["content"] != "我是主人" for m in state["messages"]), "nothing of it stored"
+    tools = [m for m in state["messages"] if m["type"] == "tool"]
+    assert tools and all("not_allowed" in str(m["content"]) for m in tools)
+
+
 async def test_studio_serves_the_loop_and_persists_across_restarts(tmp_path):
     data = tmp_path / "data"
     first = DevServer(data, tmp_path / "first.log")
@@ -160,27 +183,16 @@ async def test_studio_serves_the_loop_and_persists_across_restarts(tmp_path):
         )
         assert any("dispatch_tools" in u for u in updates), "the demo model called the time tool"
 
-        group = await run_turn(
-            client,
-            thread["thread_id"],
-            "用 take_note 记一下：开会",
-            {"actor": "group"},
-            name="小明",
-        )
-        custom = [p.data for p in group if p.event == "custom"]
-        assert any(
-            c.get("kind") == "audit_tool_denied" and c["tool"] == "take_note" for c in custom
-        )
-
+        for said in ("用 take_note 记一下：开会", "今天有点累，陪我聊聊", "晚上吃什么好呢？"):
+            await run_turn(client, thread["thread_id"], said, {"actor": "owner"})
         state = await client.threads.get_state(thread["thread_id"])
         messages = state["values"]["messages"]
         # Studio shows the live window: with the demo's small budget, compaction has moved
         # the first turn's messages to the transcript archive.
         assert state["values"]["archived"]["messages"] > 0 and messages[-1]["type"] == "ai"
-        assert any(m.get("name") == "小明" for m in messages)
-        assert any("not_allowed" in str(m["content"]) for m in messages if m["type"] == "tool")
         history = await client.threads.get_history(thread["thread_id"], limit=50)
         assert len(history) > 5
+        await assert_a_group_thread_stays_a_group(client)
         await assert_every_stage_shows(client)
     finally:
         first.stop()

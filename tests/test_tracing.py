@@ -8,11 +8,13 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import suppress
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import ClassVar
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.types import Command
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -178,3 +180,58 @@ def test_the_cli_exports_over_otlp_http_when_the_endpoint_is_set(tmp_path):
     [run] = [attrs for name, attrs in spans if name == "cyrene"]
     assert run["cyrene.session_id"].string_value == "otlp"
     assert run["cyrene.actor"].string_value == "owner"
+
+
+# -- every door of a restricted thread (issue 28, finding 4) ---------------------------
+
+
+class Down(Exception):
+    """The provider fails the turn; its message is stored, resumable."""
+
+
+def down(messages: list) -> AIMessage:
+    raise Down("provider down")
+
+
+def said(text: str = SECRET) -> dict:
+    return {"messages": [HumanMessage(text, name="小明")]}
+
+
+DOORS = ("update_state", "Command", "resume", "update_state, unopened thread")
+
+
+async def through(graph, door: str, run: str) -> None:
+    """One run through `door` on thread t1 (opened as a group), sync or async."""
+    session = thread("new" if door.endswith("unopened thread") else "t1")
+    if door.startswith("update_state"):
+        edit = graph.update_state if run == "sync" else graph.aupdate_state
+        result = edit(session, said())
+    else:
+        step = Command(update=said()) if door == "Command" else None
+        invoke = graph.invoke if run == "sync" else graph.ainvoke
+        result = invoke(step, session, context=SessionEnv())
+    if run == "async":
+        await result
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+@pytest.mark.parametrize("door", DOORS)
+async def test_every_door_of_a_group_thread_keeps_its_words_out_of_spans(spans, door, run):
+    exporter, provider = spans
+    first = down if door == "resume" else AIMessage("好")
+    model = ScriptedChatModel(script=[first, AIMessage("好"), AIMessage("好")])
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(model), saver)
+        with suppress(Down):  # the resume door continues this failed turn
+            graph.invoke(said("开场"), thread("t1"), context=SessionEnv(actor="group"))
+        provider.force_flush()
+        exporter.clear()
+        await through(graph, door, run)
+    provider.force_flush()
+    found = list(exporter.get_finished_spans())
+    assert found, "the door made spans"
+    expected = "unbound" if door.endswith("unopened thread") else "group"
+    for span in found:
+        shown = f"{span.name} {dict(span.attributes)} {span.events}"
+        assert "314159" not in shown and "小明" not in shown, shown
+        assert span.attributes.get("cyrene.actor") == expected, span.name

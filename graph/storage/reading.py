@@ -23,6 +23,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from graph.storage.archive import whole_transcript
 from graph.storage.retention_tables import checkpoint_tables
 from nodes.compat import DeltaSnapshot, delta_channels_replayed
+from nodes.policies.usage import clean_usage
 from nodes.protocols import TranscriptArchive
 from nodes.reducers import latest_summary, merge_transcript
 
@@ -53,7 +54,7 @@ class StoredSession:
     @property
     def token_usage(self) -> Mapping[str, Any] | None:
         """The session's token totals, when its models reported any."""
-        return (self.values.get("token_usage") or {}).get("session")
+        return clean_usage((self.values.get("token_usage") or {}).get("session"))
 
     def transcript(
         self, archive: TranscriptArchive | None, last: int | None = None

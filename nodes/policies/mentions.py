@@ -1,29 +1,32 @@
 """Whether a message's text mentions the companion: its name or a nickname, as a mention.
 
-Only text counts here (the platform's own flag is stamped on the message at the
-boundary, `MENTIONED`); a display name never does, so a member who calls
-themselves 昔涟 addresses nobody by speaking.
+Only a message's own text counts here (the platform's own flag is stamped on the
+message at the boundary, `MENTIONED`); display names never do, neither the
+speaker's nor anyone else's in the room: a member who calls themselves 昔涟
+addresses nobody by speaking, and a member called `@昔涟` or 小昔昔 changes
+nothing about whether another member's "@昔涟 在吗" addresses her.
 
 Text and names are compared NFKC-normalised and casefolded (`＠ＣＹＲＥＮＥ` is
-`@cyrene`). A name is a mention where it stands as a word of its own:
+`@cyrene`), with format characters (zero-width spaces and joiners, bidi marks)
+taken out, since they show nothing. A name is a mention where it stands as a
+word of its own:
 
 - A name that starts or ends with a letter or digit of a script written with
   spaces (Latin, Cyrillic, Greek, Hangul…) must not run on into a word there:
   `Cyrene` is mentioned in "hi Cyrene!", "@cyrene" and "问Cyrene吧", not in
-  "Cyrenes" or "cyrene_bot".
+  "Cyrenes", "cyrene_bot", "cyrene\u200b_bot" or "cyrene\u0332s" (a combining
+  mark belongs to the letter it follows).
 - Scripts written without spaces (Chinese, Japanese, Thai…) have no word edge
   to look for, so a name there is a mention wherever it stands ("昔涟你觉得呢",
-  "问问昔涟", "@昔涟") — except inside a longer name heard in the room: with a
-  member called 小昔昔 in the chat, "小昔昔你好" is not the nickname 小昔. A
-  one-character name, or one that is also a common word, is matched inside
-  words it happens to start or end (往昔涟漪 holds 昔涟): give such a persona
-  a nickname people write with an @.
+  "问问昔涟", "@昔涟", "小昔昔你好"). A one-character name, or one that is also
+  a common word, is matched inside words it happens to start or end (往昔涟漪
+  holds 昔涟): give such a persona a nickname people write with an @.
 """
 
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from langchain_core.messages import BaseMessage
 
@@ -49,8 +52,10 @@ _UNSPACED = (
 
 
 def fold(text: str) -> str:
-    """Text as names are compared: NFKC (full-width letters and ＠ become plain), casefolded."""
-    return unicodedata.normalize("NFKC", text).casefold()
+    """Text as names are compared: NFKC (full-width letters and ＠ become plain), casefolded,
+    without format characters (a zero-width space shows nothing, so it joins no word)."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return "".join(ch for ch in folded if unicodedata.category(ch) != "Cf")
 
 
 def unspaced(ch: str) -> bool:
@@ -60,8 +65,10 @@ def unspaced(ch: str) -> bool:
 
 
 def word_char(ch: str) -> bool:
-    """A letter, digit or underscore of a script whose words are separated by spaces."""
-    return (ch.isalnum() or ch == "_") and not unspaced(ch)
+    """A letter, digit, underscore or combining mark (part of the letter before it) of a
+    script whose words are separated by spaces."""
+    joins = ch.isalnum() or ch == "_" or unicodedata.category(ch).startswith("M")
+    return joins and not unspaced(ch)
 
 
 def free_edges(text: str, start: int, end: int) -> bool:
@@ -72,17 +79,6 @@ def free_edges(text: str, start: int, end: int) -> bool:
     runs_left = word_char(name[0]) and bool(before) and word_char(before)
     runs_right = word_char(name[-1]) and bool(after) and word_char(after)
     return not (runs_left or runs_right)
-
-
-def inside_longer(text: str, start: int, end: int, longer: Iterable[str]) -> bool:
-    """`text[start:end]` is part of an occurrence of one of the `longer` names."""
-    for name in longer:
-        at = text.find(name, max(0, end - len(name)))
-        while at != -1 and at <= start:
-            if at + len(name) >= end:
-                return True
-            at = text.find(name, at + 1)
-    return False
 
 
 class MentionMatcher:
@@ -97,31 +93,21 @@ class MentionMatcher:
         # Longest first: "小昔昔" is tried before "小昔".
         self.names = sorted(folded.items(), key=lambda item: -len(item[0]))
 
-    def mentioned(self, text: str, room: Sequence[str] = ()) -> str | None:
-        """The first name `text` mentions (as the persona spells it), or None.
-
-        Args:
-            text: the message's text.
-            room: names heard in the chat (display names): a persona name inside a
-                longer one of them is that person's, not a mention.
-        """
-        folded, heard = fold(text), [fold(name) for name in room]
+    def mentioned(self, text: str) -> str | None:
+        """The first name `text` mentions (as the persona spells it), or None."""
+        folded = fold(text)
         for name, spelled in self.names:
             at = folded.find(name)
-            if at == -1:
-                continue
-            longer = [n for n in heard if len(n) > len(name) and name in n]
             while at != -1:
-                end = at + len(name)
-                if free_edges(folded, at, end) and not inside_longer(folded, at, end, longer):
+                if free_edges(folded, at, at + len(name)):
                     return spelled
                 at = folded.find(name, at + 1)
         return None
 
-    def addressed_by(self, message: BaseMessage, room: Sequence[str] = ()) -> str | None:
+    def addressed_by(self, message: BaseMessage) -> str | None:
         """Why `message` addresses the companion (the platform's flag, or a name in its
-        text), or None. Its display name is never read."""
+        text), or None. No display name is read."""
         if annotations_of(message).get(MENTIONED):
             return "the platform flagged a mention"
-        name = self.mentioned(message_text(message), room)
+        name = self.mentioned(message_text(message))
         return f"mentioned {name}" if name else None

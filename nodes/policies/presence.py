@@ -60,12 +60,19 @@ def spoken(message: BaseMessage) -> bool:
     return isinstance(message, AIMessage) and bool(message_text(message))
 
 
-def unheard(pending: Sequence[BaseMessage], quiet_on: str | None) -> Sequence[BaseMessage]:
-    """The pending messages no quiet decision has heard yet: those after `quiet_on` (the
-    newest message the last quiet turn decided on), else all of them. A mention among the
-    others would have been answered; one whose answer failed is still pending, and read."""
-    ids = [m.id for m in pending]
-    return pending[ids.index(quiet_on) + 1 :] if quiet_on in ids else pending
+def unheard(messages: Sequence[BaseMessage], quiet_on: str | None) -> list[HumanMessage]:
+    """The human messages no decision has heard yet, however many: back from the newest to
+    the companion's last visible reply, or to `quiet_on` (the newest message the last quiet
+    turn heard; a mention at or before it would have been answered). A burst is read as a
+    whole, and the walk is as long as the burst, whatever the session's length."""
+    new: list[HumanMessage] = []
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.id == quiet_on or (isinstance(message, AIMessage) and not is_hidden(message)):
+            break
+        if isinstance(message, HumanMessage) and not is_hidden(message):
+            new.append(message)
+    return new[::-1]
 
 
 def hear(
@@ -75,16 +82,17 @@ def hear(
     matcher: MentionMatcher,
     quiet_on: str | None = None,
 ) -> Hearing:
-    """What the group said since the companion last spoke, from the last `WINDOW` messages;
-    mentions are looked for in what no quiet decision heard yet (`unheard`)."""
+    """What the group said since the companion last spoke: the conversation around it from
+    the last `WINDOW` messages, and mentions looked for in everything no decision has heard
+    yet (`unheard`)."""
     tail = [m for m in messages[-WINDOW:] if not is_hidden(m)]
     last_reply = max((i for i, m in enumerate(tail) if isinstance(m, AIMessage)), default=-1)
-    pending = tuple(m for m in tail[last_reply + 1 :] if isinstance(m, HumanMessage))
+    waiting = tuple(m for m in tail[last_reply + 1 :] if isinstance(m, HumanMessage))
+    new = unheard(messages, quiet_on)
+    pending = tuple(new) if len(new) > len(waiting) else waiting  # a burst past the window
     recent = tuple(m for m in tail if spoken(m))[-RECENT:]
     people = [m for m in recent if isinstance(m, HumanMessage)]
-    room = list(dict.fromkeys(str(m.name) for m in tail if isinstance(m, HumanMessage) and m.name))
-    new = unheard(pending, quiet_on)
-    addressed = next((why for m in reversed(new) if (why := matcher.addressed_by(m, room))), None)
+    addressed = next((why for m in reversed(new) if (why := matcher.addressed_by(m))), None)
     return Hearing(
         persona_id=persona_id,
         names=names,

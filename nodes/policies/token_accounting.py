@@ -17,19 +17,39 @@ What is counted, and what is not:
 - an attempt of `call_model` that fails writes nothing, so a round retried by
   LangGraph is counted by the attempt that succeeds, once;
 - a provider that reports nothing adds nothing: no key, not zeros.
+
+Usage is data from outside (a provider, a proxy): only token counts are kept
+(`nodes.policies.usage.clean_usage`), so no odd report can fail a turn or a later
+one. A session that already holds a bad total is repaired when its next call is
+counted (`clean_record`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import reduce
+from typing import Any
 
 from langchain_core.messages import BaseMessage
-from langchain_core.messages.ai import UsageMetadata, add_usage
+from langchain_core.messages.ai import UsageMetadata
 
 from nodes.policies.base import CallModel, CallSteps, ModelRequest, Round, RoundPolicy
+from nodes.policies.usage import clean_usage, summed
 from nodes.state import TokenUsage
 from nodes.view.transcript import turn_start
+
+
+def clean_record(record: Any) -> TokenUsage | None:
+    """A stored `token_usage` with its odd counts dropped (None when nothing is left of it)."""
+    if not isinstance(record, Mapping):
+        return None
+    calls = [c for call in record.get("calls") or [] if (c := clean_usage(call)) is not None]
+    clean = TokenUsage(turn_id=record.get("turn_id"), calls=calls)
+    if calls:
+        clean["turn"] = reduce(summed, calls)
+    if (session := clean_usage(record.get("session"))) is not None:
+        clean["session"] = session
+    return clean
 
 
 class TokenAccounting(RoundPolicy):
@@ -39,12 +59,15 @@ class TokenAccounting(RoundPolicy):
 
     def wrap_model_call(self, round: Round, request: ModelRequest, call: CallModel) -> CallSteps:
         response = yield from call(request)
-        usage = getattr(response, "usage_metadata", None) or None  # None and {}: nothing
-        so_far: TokenUsage | None = round.update.get("token_usage") or round.state.get(
-            "token_usage"
-        )
+        reported = getattr(response, "usage_metadata", None)
+        usage = clean_usage(reported)
+        if reported and usage != reported:  # the reply is stored too: with counts only
+            response = response.model_copy(update={"usage_metadata": usage})
+        stored = round.state.get("token_usage")
+        so_far: TokenUsage | None = round.update.get("token_usage") or clean_record(stored)
         turn_id = opening_id(round.messages)
-        if usage is not None or (so_far is not None and so_far["turn_id"] != turn_id):
+        stale = so_far is not None and (so_far["turn_id"] != turn_id or so_far != stored)
+        if usage is not None or stale:  # a new call, a new turn, or a bad total repaired
             round.update["token_usage"] = counted(so_far, usage, turn_id)
         return response
 
@@ -63,8 +86,8 @@ def counted(
     calls = [*(so_far["calls"] if so_far is not None and same_turn else []), usage]
     record = TokenUsage(turn_id=turn_id, calls=[c for c in calls if c is not None])
     if record["calls"]:
-        record["turn"] = reduce(add_usage, record["calls"])
+        record["turn"] = reduce(summed, record["calls"])
     session = so_far.get("session") if so_far is not None else None
     if session is not None or usage is not None:
-        record["session"] = add_usage(session, usage)
+        record["session"] = summed(session, usage)
     return record

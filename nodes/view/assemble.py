@@ -1,7 +1,7 @@
 """The model's view of the conversation, assembled fresh every round.
 
 Blocks: persona instructions, current time (only with a valid zone), working
-memory, memory block (retrieval re-run every round from the latest user
+memory (the caller's text, as one line of data: `memory.text.as_data`), memory block (retrieval re-run every round from the latest user
 text), the compaction summary when there is one, role declaration, and the
 conversation with speaker notes. `LoopConfig.context_layout` places them
 (`nodes.view.layout`): by default in the seed's order (`assembleContext`,
@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo
 from langchain_core.messages import BaseMessage
 
 from memory.block import format_memory_block
+from memory.text import as_data
 from nodes.env import SessionEnv
 from nodes.state import LoopState
 from nodes.view.attribution import attribute_conversation
@@ -80,7 +81,7 @@ def round_blocks(
     return Blocks(
         instructions=persona.instructions if persona else "",
         time=time_block(loop.now(), loop.zone) if loop.zone is not None else "",
-        working_memory=WORKING_MEMORY_PREFIX + working_memory if working_memory else "",
+        working_memory=WORKING_MEMORY_PREFIX + as_data(working_memory) if working_memory else "",
         memory=memory,
         summary=str(folded.content) if folded else "",
     )

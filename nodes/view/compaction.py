@@ -19,6 +19,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
+from memory.text import marker_proof
 from memory.transcript import message_text
 from nodes.protocols import Describe
 from nodes.view.transcript import turn_start
@@ -54,7 +55,9 @@ def context_budget(setting: int | str, model: Any) -> int:
 
 
 def summary_message(summary: Summary | None) -> SystemMessage | None:
-    return SystemMessage(SUMMARY_PREFIX + summary["text"]) if summary else None
+    """The summary as system text: whoever wrote it (a compactor quoting participants, a
+    model, `update_state`), none of its lines can pass for one of the loop's markers."""
+    return SystemMessage(SUMMARY_PREFIX + marker_proof(summary["text"])) if summary else None
 
 
 def uncovered_start(messages: Sequence[BaseMessage], summary: Summary | None) -> int:

@@ -16,15 +16,13 @@ import re
 from typing import Any
 from uuid import UUID
 
-from memory.text import single_line
+from memory.text import as_data, single_line
 
 MAX_NAME_CHARS = 32
 UNNAMED_MEMBER = "未命名成员"
 """The label of a third party whose display name is empty once normalised (never the owner)."""
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-# Brackets that would close or open the 「…」 quote around a name in a note.
-_QUOTE_SAFE = str.maketrans({"「": "『", "」": "』", "｢": "『", "｣": "』"})
 
 
 def check_id(what: str, value: Any) -> None:
@@ -51,9 +49,10 @@ def display_name(raw: str) -> str:
 
 
 def quoted(name: str) -> str:
-    """`「name」` that stays one quote on one line whatever `name` holds.
+    """`「name」` that stays one quote on one line whatever `name` holds, and can imitate
+    none of the loop's `[markers]` inside it either.
 
-    Ordinary names are unchanged (DESIGN §6 wire strings); corner brackets
-    inside become white ones, line breaks become spaces.
+    Ordinary names are unchanged (the wire strings); corner brackets inside become
+    white ones, square brackets full-width ones, line breaks spaces (`as_data`).
     """
-    return "「" + single_line(name).translate(_QUOTE_SAFE) + "」"
+    return "「" + as_data(name) + "」"
