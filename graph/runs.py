@@ -13,7 +13,9 @@ work while a turn is in flight. Everything else is LangGraph's.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+import dataclasses
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage
@@ -23,7 +25,13 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Durability, StateUpdate
 
 from graph.run_steps import Ask, Emit, Run, Stepper, Steps
-from graph.sessions.binding import Asked, Bound, opened_actor, refuse_unrecorded_restricted
+from graph.sessions.binding import (
+    Asked,
+    Bound,
+    aopened_as,
+    opened_as,
+    refuse_unrecorded_restricted,
+)
 from graph.sessions.gate import (
     SessionGate,
     answered_chunks,
@@ -39,7 +47,12 @@ from graph.sessions.inbox import Answered, Claim
 from graph.storage.archive import archive_for, whole_transcript
 from memory.background import TURNS
 from nodes.boundary import admit, admit_state_update
-from nodes.compat import CONFIG_KEY_DURABILITY, checkpointer_of
+from nodes.compat import (
+    CONFIG_KEY_DURABILITY,
+    checkpointer_of,
+    inside_parent_run,
+    parent_context,
+)
 from nodes.config import BusyPolicy
 from nodes.env import PersonaOf, SessionEnv, bound_env
 from nodes.extraction import opened_turn, turn_env
@@ -183,8 +196,13 @@ class CyreneGraph(CompiledStateGraph):
 
     def _opening(self, input: Any, bound: Bound) -> Any:
         """A new turn's input, with the record a resume continues as and `extract_memory`
-        reads should its run die (`nodes.extraction.opened_turn`), and, on a new thread,
-        what the thread is opened as; any other input as it is."""
+        reads should its run die (`nodes.extraction.opened_turn`), and, where the thread's
+        latest checkpoint lacks it, what the thread is opened as (a `Command` carries that
+        too); a resume as it is."""
+        if isinstance(input, Command) and bound.opens_thread:
+            record = {OPENED_AS: OpenedAs(actor=bound.env.actor)}
+            update = input.update if isinstance(input.update, dict) else {}
+            return dataclasses.replace(input, update={**update, **record})
         if not isinstance(input, dict):
             return input
         env = bound.env.model_copy(update={"persona_id": self.persona_of(bound.env)})
@@ -202,13 +220,12 @@ class CyreneGraph(CompiledStateGraph):
         saver = self._reader(config)
         if saver is None or thread_id(config) is None:  # nothing is kept: nothing to bind to
             return Bound(asked.context or SessionEnv(), asked.input, False)
-        if isinstance(asked.input, dict):  # a new turn: the thread's actor is enough
-            actor, turn = (yield from self._opened_as(saver, config)), None
-        else:  # a resume or a Command continues the latest turn as it was opened
+        opened = yield from self._opened_as(saver, config)  # the thread's, never a fork's
+        actor, turn = opened.actor, None
+        if not isinstance(asked.input, dict):  # a resume or a Command continues its turn
             values = (yield from self._state(config)).values
-            actor = (values.get(OPENED_AS) or {}).get("actor")
             turn = turn_env(values.get("messages", []))
-            if turn is None:
+            if turn is None and actor is None:
                 refuse_unrecorded_restricted(values, asked.context, config)
         env = bound_env(
             asked.context,
@@ -220,17 +237,17 @@ class CyreneGraph(CompiledStateGraph):
         claimed = asked.context or SessionEnv()
         same_rules = (env.restricted, env.mentioned) == (claimed.restricted, claimed.mentioned)
         input = asked.input if same_rules else self._admit(asked.raw, config, env)[0]
-        return Bound(env, input, actor is None and turn is None)
+        return Bound(env, input, not opened.recorded or (actor is None and turn is None))
 
     def _opened_as(self, saver: BaseCheckpointSaver, config: RunnableConfig | None) -> Steps:
-        """The thread's `opened_as` actor from its latest checkpoint, without loading its
-        transcript (None: a new thread)."""
-        return opened_actor((yield Ask(saver.get_tuple, saver.aget_tuple, (config or {},))))
+        """The actor the run's thread was opened as (`graph.sessions.binding.opened_as`)."""
+        thread = str(thread_id(config))
+        return (yield Ask(partial(opened_as, saver, thread), partial(aopened_as, saver, thread)))
 
     def _still_unbound(self, env: SessionEnv, config: RunnableConfig | None) -> Steps:
         """Refuse a first turn whose thread another caller opened as another actor first."""
         saver = self._reader(config)
-        actor = (yield from self._opened_as(saver, config)) if saver is not None else None
+        actor = (yield from self._opened_as(saver, config)).actor if saver is not None else None
         if actor is not None and actor != env.actor:
             bound_env(
                 env,
@@ -288,8 +305,14 @@ class CyreneGraph(CompiledStateGraph):
         return admit(input, config, context, max_image_bytes=self.max_image_bytes)
 
     def _asked(self, input: Any, config: RunnableConfig | None, kwargs: dict) -> Asked:
-        """The run as its caller asked for it, admitted (bad input fails here, at once)."""
-        admitted, context = self._admit(input, config, kwargs.get("context"))
+        """The run as its caller asked for it, admitted (bad input fails here, at once). A
+        run as a parent graph's subgraph, given no context of its own, has its parent's
+        (when that is a SessionEnv or a dict of one: a group parent stays a group)."""
+        context = kwargs.get("context")
+        if context is None and inside_parent_run(config):
+            inherited = parent_context(config)
+            context = inherited if isinstance(inherited, SessionEnv | Mapping) else None
+        admitted, context = self._admit(input, config, context)
         return Asked(input, admitted, context)
 
     def _traced(self, config: RunnableConfig | None, context: Any) -> RunnableConfig | None:
@@ -345,18 +368,20 @@ class CyreneGraph(CompiledStateGraph):
     ) -> RunnableConfig:
         """LangGraph's, with every update's values admitted first (`admit_state_update`)
         and the thread's facts on its trace: `update_state` comes here too."""
-        admitted = _admitted(supersteps)
         saver = self._reader(config)
-        actor = opened_actor(saver.get_tuple(config)) if saver is not None else None
+        thread = str(thread_id(config))
+        actor = opened_as(saver, thread).actor if saver is not None else None
+        admitted = _admitted(supersteps, actor)
         return super().bulk_update_state(self._edit_traced(config, actor), admitted)
 
     async def abulk_update_state(
         self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]
     ) -> RunnableConfig:
         """`bulk_update_state`, awaited (`aupdate_state` comes here too)."""
-        admitted = _admitted(supersteps)
         saver = self._reader(config)
-        actor = opened_actor(await saver.aget_tuple(config)) if saver is not None else None
+        thread = str(thread_id(config))
+        actor = (await aopened_as(saver, thread)).actor if saver is not None else None
+        admitted = _admitted(supersteps, actor)
         return await super().abulk_update_state(self._edit_traced(config, actor), admitted)
 
     # -- the two drivers --------------------------------------------------------------------
@@ -397,16 +422,26 @@ class CyreneGraph(CompiledStateGraph):
 
 
 def _with_metadata(config: RunnableConfig | None, facts: dict[str, Any]) -> RunnableConfig:
-    return {**(config or {}), "metadata": {**(config or {}).get("metadata", {}), **facts}}
+    """`config` with `facts` first in its metadata (a trace attribute cut at a length limit
+    still names the session and its actor)."""
+    given = {k: v for k, v in (config or {}).get("metadata", {}).items() if k not in facts}
+    return {**(config or {}), "metadata": {**facts, **given}}
 
 
 def _thread_key(config: RunnableConfig) -> tuple[str, str]:
     return str(thread_id(config)), str(configurable(config).get("checkpoint_ns", ""))
 
 
-def _admitted(supersteps: Sequence[Sequence[StateUpdate]]) -> list[list[StateUpdate]]:
-    """Every update's values through the boundary; nothing is applied if one is refused."""
+def _admitted(
+    supersteps: Sequence[Sequence[StateUpdate]], actor: str | None
+) -> list[list[StateUpdate]]:
+    """Every update's values through the boundary (an unnamed human message is the owner's
+    only on the owner's thread); nothing is applied if one is refused."""
+    owner = actor in ("owner", "internal")
     return [
-        [update._replace(values=admit_state_update(update.values)) for update in step]
+        [
+            update._replace(values=admit_state_update(update.values, owner_thread=owner))
+            for update in step
+        ]
         for step in supersteps
     ]

@@ -114,11 +114,13 @@ class SessionSpans(SpanProcessor):
 
 
 def _metadata(attributes: Mapping[str, Any]) -> dict[str, Any]:
-    """The run's LangChain metadata, as OpenInference stored it (a JSON string)."""
+    """The run's LangChain metadata, as OpenInference stored it (a JSON string). Metadata
+    that is not whole JSON (an attribute length limit cut it) names no actor that may be
+    shown: the span keeps no text (fails closed)."""
     try:
         value = json.loads(str(attributes.get("metadata") or "{}"))
     except ValueError:
-        return {}
+        return {TRACE_ACTOR: UNBOUND_ACTOR}
     return (
         {key: value[key] for key in ATTRIBUTES if key in value} if isinstance(value, dict) else {}
     )

@@ -97,6 +97,9 @@ class Rules:
     mentioned: bool = False
     """The platform flagged the input as a mention (`SessionEnv.mentioned`): each human
     message carries the flag (`MENTIONED`), so a merged burst keeps it per message."""
+    unnamed_is_owner: bool = True
+    """A human message without a name is the owner's; when not (an `update_state` edit of a
+    thread that is not the owner's), a neutral third party's."""
 
 
 def admit(
@@ -151,15 +154,16 @@ bookkeeping, checked for shape. `pending_extractions`, `extracted_turn` and `mod
 never set."""
 
 
-def admit_state_update(values: Any) -> Any:
+def admit_state_update(values: Any, *, owner_thread: bool = False) -> Any:
     """`graph.update_state` values, checked as turn input is, so nothing it accepts can
     break a later turn.
 
     Plain values may carry `messages` (human ones, as from a chat participant:
     Studio's state editor and a deployed server's state endpoint face the
-    outside) and `working_memory`; `Trusted({...})` may also carry system and
-    assistant messages and `TRUSTED_STATE_KEYS`. `None` (a fork or a copy of a
-    checkpoint) passes as it is.
+    outside) and `working_memory`; a human message without a name is the owner's only
+    on a thread opened as the owner's (`owner_thread`), else a neutral third party's.
+    `Trusted({...})` may also carry system and assistant messages and
+    `TRUSTED_STATE_KEYS`. `None` (a fork or a copy of a checkpoint) passes as it is.
 
     Raises:
         ValueError: a key or value the loop refuses, named.
@@ -179,7 +183,7 @@ def admit_state_update(values: Any) -> Any:
             else ""
         )
         raise ValueError(f"update_state: unknown or refused key(s) {unknown}{hint}")
-    rules = Rules(restricted=True, trusted=trusted)
+    rules = Rules(restricted=True, trusted=trusted, unnamed_is_owner=owner_thread or trusted)
     admitted = admit_fields({k: raw[k] for k in TURN_KEYS if k in raw}, rules, opening=False)
     admitted.update(admit_bookkeeping({k: raw[k] for k in TRUSTED_STATE_KEYS if k in raw}))
     return admitted
@@ -300,6 +304,8 @@ def admit_message(item: Any, where: str, rules: Rules) -> BaseMessage:
     if isinstance(message, HumanMessage):
         content = admit_content(message.content, where, max_image_bytes=rules.max_image_bytes)
         name = _third_party_name(message.name, rules.restricted)
+        if name is None and not rules.unnamed_is_owner:
+            name = UNNAMED_MEMBER
         human = HumanMessage(content, name=name, id=message_id)
         stamps = {MENTIONED: True} if rules.mentioned else {}
         if rules.restricted:

@@ -235,3 +235,35 @@ async def test_every_door_of_a_group_thread_keeps_its_words_out_of_spans(spans, 
         shown = f"{span.name} {dict(span.attributes)} {span.events}"
         assert "314159" not in shown and "小明" not in shown, shown
         assert span.attributes.get("cyrene.actor") == expected, span.name
+
+
+@pytest.mark.parametrize("limit", [200, 600])
+def test_a_span_whose_metadata_a_length_limit_cut_keeps_no_text(limit):
+    """The SDK's own OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT cuts the JSON the actor is read from:
+    such a span keeps none of its text (it fails closed), in a process of its own."""
+    code = f"""
+import os
+os.environ["OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"] = "{limit}"
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from langchain_core.messages import HumanMessage
+from graph import SessionEnv, build_graph, open_checkpointer
+from graph.tracing import enable_tracing
+from tests.boundary_support import endless
+from tests.conftest import make_config, thread
+exporter = InMemorySpanExporter()
+provider = enable_tracing(exporter)
+with open_checkpointer("memory") as saver:
+    graph = build_graph(make_config(endless()), saver)
+    said = {{"messages": [HumanMessage("{SECRET}", name="小明")]}}
+    graph.invoke(said, thread("t" * 200), context=SessionEnv(actor="group"))
+provider.force_flush()
+spans = exporter.get_finished_spans()
+print(len(spans), sum("314159" in str(dict(s.attributes)) for s in spans))
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    spans, leaking = map(int, out.stdout.split())
+    assert spans > 3 and leaking == 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
 from memory.transcript import last_human
 from nodes.env import SessionEnv, SessionMismatchError
@@ -39,7 +39,8 @@ class Bound:
     env: SessionEnv
     input: Any
     opens_thread: bool
-    """The thread has no record of what it was opened as: this run's first turn writes it."""
+    """This run writes what the thread was opened as: a new thread, or one whose latest
+    checkpoint lacks the record (a branch forked before it was written)."""
 
 
 def refuse_unrecorded_restricted(
@@ -56,7 +57,42 @@ def refuse_unrecorded_restricted(
 
 
 def opened_actor(saved: CheckpointTuple | None) -> str | None:
-    """The actor a saved thread was opened as (`opened_as`), read from its latest checkpoint
-    without loading its transcript; None for a thread no turn has opened."""
+    """The actor a saved checkpoint says its thread was opened as (`opened_as`), read
+    without loading its transcript; None when it says none."""
     opened = saved.checkpoint["channel_values"].get(OPENED_AS) if saved else None
     return opened["actor"] if opened else None
+
+
+def _root(thread: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What a thread was opened as, and whether its latest checkpoint records it."""
+
+    actor: str | None
+    """None: a new thread."""
+    recorded: bool
+    """False when only an older checkpoint does (a branch forked before the record)."""
+
+
+def opened_as(saver: BaseCheckpointSaver, thread: str) -> Opened:
+    """What `thread` was opened as: from its latest checkpoint (whatever checkpoint a run's
+    config names: a fork must not make a thread new), else from any of its checkpoints."""
+    latest = saver.get_tuple(_root(thread))
+    if latest is None or opened_actor(latest) is not None:
+        return Opened(opened_actor(latest), True)
+    found = next(filter(None, map(opened_actor, saver.list(_root(thread)))), None)
+    return Opened(found, False)
+
+
+async def aopened_as(saver: BaseCheckpointSaver, thread: str) -> Opened:
+    """`opened_as`, awaited."""
+    latest = await saver.aget_tuple(_root(thread))
+    if latest is None or opened_actor(latest) is not None:
+        return Opened(opened_actor(latest), True)
+    async for saved in saver.alist(_root(thread)):
+        if (actor := opened_actor(saved)) is not None:
+            return Opened(actor, False)
+    return Opened(None, False)

@@ -16,6 +16,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph._internal._constants import (
     CONFIG_KEY_CHECKPOINTER,
     CONFIG_KEY_DURABILITY,
+    CONFIG_KEY_RUNTIME,
     CONFIG_KEY_TASK_ID,
     NS_SEP,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "delta_snapshots",
     "graph_namespace",
     "inside_parent_run",
+    "parent_context",
     "reclass_compiled",
     "retry_policy_retries",
 ]
@@ -143,6 +145,13 @@ def inside_parent_run(config: RunnableConfig | None) -> bool:
     """Whether `config` is that of a task of a running graph: a subgraph call, or a node or
     tool passing its own config on (LangGraph then owns `checkpoint_ns`)."""
     return CONFIG_KEY_TASK_ID in ((config or {}).get("configurable") or {})
+
+
+def parent_context(config: RunnableConfig | None) -> Any:
+    """The context of the graph whose task `config` is (a parent graph running this one as
+    a subgraph hands its runtime down in the config), or None."""
+    runtime = ((config or {}).get("configurable") or {}).get(CONFIG_KEY_RUNTIME)
+    return getattr(runtime, "context", None)
 
 
 def checkpointer_of(config: RunnableConfig | None) -> BaseCheckpointSaver | None:

@@ -34,7 +34,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.messages.ai import UsageMetadata
 
 from nodes.policies.base import CallModel, CallSteps, ModelRequest, Round, RoundPolicy
-from nodes.policies.usage import clean_usage, summed
+from nodes.policies.usage import clean_usage, storable, summed
 from nodes.state import TokenUsage
 from nodes.view.transcript import turn_start
 
@@ -61,8 +61,12 @@ class TokenAccounting(RoundPolicy):
         response = yield from call(request)
         reported = getattr(response, "usage_metadata", None)
         usage = clean_usage(reported)
-        if reported and usage != reported:  # the reply is stored too: with counts only
-            response = response.model_copy(update={"usage_metadata": usage})
+        raw = getattr(response, "response_metadata", None)
+        kept = storable(raw)
+        if (reported and usage != reported) or kept != raw:  # the reply is stored too
+            response = response.model_copy(
+                update={"usage_metadata": usage, "response_metadata": kept}
+            )
         stored = round.state.get("token_usage")
         so_far: TokenUsage | None = round.update.get("token_usage") or clean_record(stored)
         turn_id = opening_id(round.messages)

@@ -81,3 +81,15 @@ def _capped(usage: Mapping[str, Any]) -> UsageMetadata:
 def summed(left: UsageMetadata | None, right: UsageMetadata | None) -> UsageMetadata:
     """`add_usage`, held within what a checkpoint stores."""
     return _capped(add_usage(left, right))
+
+
+def storable(value: Any) -> Any:
+    """`value` with every integer no checkpoint can store (past 64 bits) replaced by None:
+    a provider's raw usage in a reply's `response_metadata` is stored with the reply."""
+    if isinstance(value, bool) or not isinstance(value, int | Mapping | list | tuple):
+        return value
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**64 else None
+    if isinstance(value, Mapping):
+        return {key: storable(item) for key, item in value.items()}
+    return [storable(item) for item in value]

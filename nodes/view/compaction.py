@@ -19,9 +19,10 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from memory.text import marker_proof
+from memory.text import as_data, marker_proof
 from memory.transcript import message_text
 from nodes.protocols import Describe
+from nodes.view.encoding import INDEX_LOOKALIKE
 from nodes.view.transcript import turn_start
 
 log = logging.getLogger("cyrene.compaction")
@@ -56,8 +57,11 @@ def context_budget(setting: int | str, model: Any) -> int:
 
 def summary_message(summary: Summary | None) -> SystemMessage | None:
     """The summary as system text: whoever wrote it (a compactor quoting participants, a
-    model, `update_state`), none of its lines can pass for one of the loop's markers."""
-    return SystemMessage(SUMMARY_PREFIX + marker_proof(summary["text"])) if summary else None
+    model, `update_state`), none of its lines can pass for one of the loop's markers or
+    for a line of the leading message's indexes (such a line is marked with "· ")."""
+    if not summary:
+        return None
+    return SystemMessage(SUMMARY_PREFIX + INDEX_LOOKALIKE.sub("· ", marker_proof(summary["text"])))
 
 
 def uncovered_start(messages: Sequence[BaseMessage], summary: Summary | None) -> int:
@@ -138,7 +142,9 @@ class LLMCompactor:
     def prompt(
         self, messages: Sequence[BaseMessage], previous: str | None, budget: int, describe: Describe
     ) -> list:
-        lines = [f"[{describe(m)}] {message_text(m)}" for m in messages if message_text(m)]
+        # Each message one line of data: a participant cannot write a line that reads as
+        # another speaker's ("[主人] …") for the model that summarises.
+        lines = [f"[{describe(m)}] {as_data(message_text(m))}" for m in messages if message_text(m)]
         body = f"已有摘要：\n{previous or '（无）'}\n\n新增对话：\n" + "\n".join(lines)
         return [
             SystemMessage(f"{COMPACTION_PROMPT}摘要不超过约 {budget} 个 token。"),

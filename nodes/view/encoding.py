@@ -47,6 +47,8 @@ ENCODING_BY_PROVIDER: dict[Provider, Encoding] = {
 }
 NOTE_INDEX_HEADER = "发言归属索引（按对话中的消息序号，序号从 1 起）："
 SYSTEM_INDEX_HEADER = "对话中的系统消息（按对话中的消息序号，序号从 1 起）："
+INDEX_LOOKALIKE = re.compile(r"^(?=第\d+条[前起]：|发言归属索引|对话中的系统消息)", re.MULTILINE)
+"""A line of other text that would read as one of the leading message's index lines."""
 # OpenAI's `name` field accepts only these; a nickname like 小明 is rejected
 # with a 400. The notes already carry attribution, so such names are omitted
 # from the request copy (the stored message keeps its name).
