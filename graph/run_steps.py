@@ -29,11 +29,14 @@ class Ask:
 
 @dataclass
 class Run:
-    """The turn itself: LangGraph's stream, counted in `TURNS`; its chunks go to the caller."""
+    """The turn itself: LangGraph's stream, counted in `TURNS`; its chunks go to the caller.
+    A `quiet` run is not the caller's (a dead turn finished first): its chunks are dropped,
+    and its failure is logged, not raised."""
 
     input: Any
     config: RunnableConfig | None
     kwargs: dict[str, Any] = field(default_factory=dict)
+    quiet: bool = False
 
 
 @dataclass

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
-from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.errors import GraphBubbleUp
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Durability, StateUpdate
 
@@ -61,6 +65,20 @@ from nodes.protocols import TranscriptArchive
 from nodes.run_config import configurable, thread_id
 from nodes.state import OPENED_AS, OpenedAs
 from nodes.view.images import MAX_IMAGE_BYTES
+
+log = logging.getLogger("cyrene.sessions")
+MESSAGES = "messages"
+"""The transcript's channel."""
+
+
+def final_reply(write: tuple[str, str, Any]) -> bool:
+    """Whether a saved write `(task, channel, value)` stores a reply that asks for no tool."""
+    _, channel, value = write
+    written = value if isinstance(value, list) else [value]
+    return channel == MESSAGES and any(
+        isinstance(m, AIMessage) and not m.tool_calls for m in written
+    )
+
 
 TraceFacts = Callable[[SessionEnv, RunnableConfig | None], dict[str, Any]]
 """What a trace of a run says about its session (`nodes.loop.Loop.trace_facts`)."""
@@ -187,6 +205,8 @@ class CyreneGraph(CompiledStateGraph):
             if bound.opens_thread:  # another caller may have opened it while this one waited
                 yield from self._still_unbound(bound.env, config)
             with holding(gate.inbox, thread):
+                if isinstance(run_input, dict):
+                    yield from self._finish_dead_step(config)
                 opening = self._opening(run_input, bound)
                 yield Run(opening, config, self._run_kwargs(config, kwargs))
             answered = (yield from self._latest_id(config)) if outcome.merged else ""
@@ -269,6 +289,23 @@ class CyreneGraph(CompiledStateGraph):
                 f"thread {thread_id(config)!r} has no human message: a Command continues a "
                 "session and cannot start one; send a message"
             )
+
+    def _finish_dead_step(self, config: RunnableConfig | None) -> Steps:
+        """Before a new turn: finish the turn whose run died after its final reply was saved
+        and before the checkpoint after it was. A new run starts from that checkpoint and
+        would drop the reply: never stored, its turn never extracted. So the dead turn is
+        resumed first, as it was opened, quietly; what is left of it calls no model. A turn
+        that died amid its tools is not resumed: the new message moves on, and its dangling
+        calls are closed (`nodes.reducers`)."""
+        latest = self._at(config, None)
+        saved = yield Ask(self._saver.get_tuple, self._saver.aget_tuple, (latest,))
+        if saved is None or not any(final_reply(w) for w in saved.pending_writes or ()):
+            return
+        turn = turn_env((yield from self._state(latest)).values.get("messages", []))
+        if turn is None:  # saved before turns recorded their env: who spoke is not known
+            return
+        quiet = self._run_kwargs(config, {"context": turn})
+        yield Run(None, self._traced(config, turn), quiet, quiet=True)
 
     def _resumable(self, config: RunnableConfig | None) -> Steps:
         # A crash can land after a task's writes were saved but before the next
@@ -393,7 +430,10 @@ class CyreneGraph(CompiledStateGraph):
         """Carry out a run's steps in this thread, streaming the turn's chunks."""
         while (step := steps.next()) is not None:
             try:
-                if isinstance(step, Run):
+                if isinstance(step, Run) and step.quiet:
+                    with TURNS.turn(), _logged(step):
+                        deque(super().stream(step.input, step.config, **step.kwargs), maxlen=0)
+                elif isinstance(step, Run):
                     with TURNS.turn():
                         yield from super().stream(step.input, step.config, **step.kwargs)
                 elif isinstance(step, Emit):
@@ -409,7 +449,11 @@ class CyreneGraph(CompiledStateGraph):
         steps = Stepper(self._steps(self._asked(input, config, kwargs), config, kwargs))
         while (step := steps.next()) is not None:
             try:
-                if isinstance(step, Run):
+                if isinstance(step, Run) and step.quiet:
+                    with TURNS.turn(), _logged(step):
+                        async for _ in super().astream(step.input, step.config, **step.kwargs):
+                            pass
+                elif isinstance(step, Run):
                     with TURNS.turn():
                         async for chunk in super().astream(step.input, step.config, **step.kwargs):
                             yield chunk
@@ -419,6 +463,17 @@ class CyreneGraph(CompiledStateGraph):
                 steps.answer(await step.aget(*step.args) if isinstance(step, Ask) else None)
             except BaseException as exc:
                 steps.fail(exc)
+
+
+@contextmanager
+def _logged(step: Run) -> Iterator[None]:
+    """A quiet run's failure is logged: the caller's own turn goes on."""
+    try:
+        yield
+    except GraphBubbleUp:
+        raise
+    except Exception:
+        log.exception("finishing the turn a dead run left failed; the new turn goes on")
 
 
 def _with_metadata(config: RunnableConfig | None, facts: dict[str, Any]) -> RunnableConfig:

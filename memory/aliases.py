@@ -27,6 +27,7 @@ from chromadb.api.models.Collection import Collection
 
 from memory.items import RESERVED_ID_PREFIX, MemoryItem
 from memory.records import ALIAS_OF, is_alias, item_key, records
+from memory.sealing import Documents
 
 
 def alias_id(item_id: str) -> str:
@@ -35,28 +36,29 @@ def alias_id(item_id: str) -> str:
 
 
 def resolve(
-    collection: Collection, found: Mapping[str, Any]
+    collection: Collection, found: Mapping[str, Any], documents: Documents
 ) -> list[tuple[MemoryItem, str, float]]:
     """A query's hits in one collection as (memory, the text that matched, distance): an
     alias's hit is its successor's, matched by the alias's words."""
     first = {key: found[key][0] for key in ("ids", "documents", "metadatas", "distances")}
-    items = {item_key(item): item for item in records(first)}
+    items = {item_key(item): item for item in records(first, documents)}
     missing = list({_successor(m) for m in first["metadatas"] if is_alias(m)} - set(items))
     if missing:
         got = collection.get(ids=missing, include=["documents", "metadatas"])
-        items.update((item_key(item), item) for item in records(got))
+        items.update((item_key(item), item) for item in records(got, documents))
+    texts = documents.unseal(first["ids"], first["documents"])
     hits = []
-    rows = zip(
-        first["ids"], first["documents"], first["metadatas"], first["distances"], strict=True
-    )
-    for item_id, document, meta, distance in rows:
+    rows = zip(first["ids"], texts, first["metadatas"], first["distances"], strict=True)
+    for item_id, text, meta, distance in rows:
         item = items.get(_successor(meta) if is_alias(meta) else item_id)
-        if item is not None:  # an alias whose successor went (pruned) matches nothing
-            hits.append((item, document, distance))
+        if item is not None and text is not None:  # an alias whose successor went: nothing
+            hits.append((item, text, distance))
     return hits
 
 
-def leave_alias(collection: Collection, old: MemoryItem, successor: MemoryItem) -> None:
+def leave_alias(
+    collection: Collection, old: MemoryItem, successor: MemoryItem, documents: Documents
+) -> None:
     """Before `old` leaves `collection` for `successor`: its words, and those of the aliases
     that pointed to it, point to `successor` (or, in another bucket, go)."""
     pointing = collection.get(where={ALIAS_OF: item_key(old)}, include=[])["ids"]
@@ -69,15 +71,19 @@ def leave_alias(collection: Collection, old: MemoryItem, successor: MemoryItem) 
         collection.update(ids=pointing, metadatas=[meta] * len(pointing))
     # The old memory's stored vector, not a new embedding of its words.
     vector = collection.get(ids=[item_key(old)], include=["embeddings"])["embeddings"]
+    alias = alias_id(item_key(old))
     collection.upsert(
-        ids=[alias_id(item_key(old))], documents=[old.content], embeddings=vector, metadatas=[meta]
+        ids=[alias],
+        documents=documents.seal([alias], [old.content]),
+        embeddings=vector,
+        metadatas=[meta],
     )
 
 
 def drop_aliases(collection: Collection, ids: Sequence[str]) -> list[str]:
     """Delete the aliases these memories' words left and those that point to them; the ids
-    whose records the erasure must scrub (an alias of theirs deleted earlier, when its chain
-    moved to another bucket, included)."""
+    whose text a forget must make unreadable (an alias of theirs deleted earlier, when its
+    chain moved to another bucket, included)."""
     own = [alias_id(i) for i in ids]
     pointing: Any = {ALIAS_OF: {"$in": list(ids)}}
     gone = list(dict.fromkeys([*own, *collection.get(where=pointing, include=[])["ids"]]))

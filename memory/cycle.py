@@ -103,6 +103,8 @@ def sort_job(plan: Plan, job: ExtractionJob, record: Record | None, wall: float)
         plan.skipped.append(job)
     elif job.changes is not None and job.claim is not None and same_claim(record, job.claim):
         plan.stores.append(job)
+    elif held_back(job, record):
+        plan.claims.append((job, record))
     elif not claimable(record, wall):
         assert record is not None
         wait = min(max(record.until - wall, 0.0), LEASE_RECHECK)
@@ -113,6 +115,25 @@ def sort_job(plan: Plan, job: ExtractionJob, record: Record | None, wall: float)
         plan.lost.append(job)
     else:
         plan.claims.append((job, record))
+
+
+def chains(jobs: Iterable[ExtractionJob]) -> list[list[ExtractionJob]]:
+    """The jobs as chains: each session's in turn order (a job of no session alone)."""
+    by_session = group(sorted(jobs, key=lambda j: j.order), lambda j: j.session or id(j))
+    return list(by_session.values())
+
+
+def behind_held(
+    jobs: list[ExtractionJob], held: list[ExtractionJob]
+) -> tuple[list[ExtractionJob], list[ExtractionJob]]:
+    """(jobs that may go on, jobs that wait): one waits while an earlier job of its session
+    is held (claimed elsewhere, its ledger unreadable)."""
+    first: dict[str, int] = {}
+    for job in held:
+        if job.session is not None:
+            first[job.session] = min(first.get(job.session, job.order), job.order)
+    waits = [j for j in jobs if j.session is not None and j.order > first.get(j.session, j.order)]
+    return [j for j in jobs if j not in waits], waits
 
 
 def prune_earlier_runs(jobs: list[ExtractionJob]) -> None:
@@ -246,7 +267,7 @@ def claim(
                 record,
                 Record(
                     "running",
-                    (record.attempts if record else 0) + 1,
+                    _attempts(job, record),
                     owner,
                     wall + job.timeout + LEASE_SLACK,
                 ),
@@ -263,11 +284,24 @@ def claim(
         for job in jobs:
             if job.key in written:
                 job.claim = swaps[job.key][1]
-                job.attempts = job.claim.attempts
+                job.attempts, job.tried = job.claim.attempts, False
                 won.append(job)
             else:
                 beaten.append(job)
     return won, beaten, failed
+
+
+def held_back(job: ExtractionJob, record: Record | None) -> bool:
+    """Whether `record` is this process's claim on a job that was held back behind an
+    earlier one of its session and so made no attempt under it."""
+    return job.claim is not None and not job.tried and same_claim(record, job.claim)
+
+
+def _attempts(job: ExtractionJob, record: Record | None) -> int:
+    """The attempts a claim makes it: one more, unless it renews a held-back job's claim."""
+    if record is None:
+        return 1
+    return record.attempts if held_back(job, record) else record.attempts + 1
 
 
 def mark(

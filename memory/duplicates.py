@@ -1,13 +1,18 @@
 """Near-duplicates: a fact already remembered in other words is not stored again.
 
 Two texts are near-duplicates when the store's embedding puts them at cosine
-≥ `DUPLICATE_COSINE` and they name the same numbers. The threshold was
+≥ `DUPLICATE_COSINE` and they state the same values (`memory.values`: numbers,
+weekdays, months, units, negation, …), and only within one bucket: a shared fact
+is stored though a persona holds it privately, and the other way. The threshold was
 measured with `MultilingualEmbedding` on `tests/data/memory_recall.jsonl`
 (`python -m tests.bench.memory`, "near-duplicates" rows): at 0.86, 18 of its
 20 reworded pairs count as duplicates, and none of its 32 update pairs (an
 old fact and the one replacing it, up to 0.85 apart: "白银段位" → "钻石段位")
-nor of the 12,720 pairs of distinct facts (at most 0.71). The numbers rule
-keeps "a 3-day trip" and "a 5-day trip", which embed almost alike, apart.
+nor of the 12,720 pairs of distinct facts (at most 0.71). The values rule keeps
+apart what embeds alike and differs in a value: on the 85 distinct pairs of
+`tests/data/memory_duplicate_pairs.jsonl` ("周一"/"周三", "5公里"/"5英里",
+"喜欢"/"不喜欢", …) the cosine alone took 61 for duplicates, the numbers alone many
+of them; with the values rule none, and its 17 rewordings are still caught.
 
 A supersede is held to more: the model said the fact changed, and an update
 can be as close as a rewording, so only a new fact that says the very same
@@ -18,28 +23,23 @@ a bug mem0's users hit).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping, Sequence, Set
 
 from memory.items import MemoryItem
 from memory.operations import Change
 from memory.protocols import FindsNeighbours, MemoryBackend
+from memory.values import values
 
 log = logging.getLogger("cyrene.memory")
 
 DUPLICATE_COSINE = 0.86
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _NEIGHBOURS = 10
 
 
-def numbers(text: str) -> list[str]:
-    """The numbers a text names, in order (a different number is a different fact)."""
-    return _NUMBER.findall(text)
-
-
 def near_duplicate(cosine: float, a: str, b: str, threshold: float = DUPLICATE_COSINE) -> bool:
-    """Whether two texts at this cosine say the same thing."""
-    return cosine >= threshold and numbers(a) == numbers(b)
+    """Whether two texts at this cosine say the same thing: they also state the same values
+    (numbers, weekdays, months, units, negation: `memory.values`)."""
+    return cosine >= threshold and values(a) == values(b)
 
 
 def drop_duplicates(
@@ -47,6 +47,7 @@ def drop_duplicates(
     store: MemoryBackend,
     persona_id: str | None,
     recalled: Sequence[MemoryItem],
+    earlier: Sequence[Change] = (),
     threshold: float = DUPLICATE_COSINE,
 ) -> list[Change]:
     """The changes without those that would store a fact twice.
@@ -56,15 +57,17 @@ def drop_duplicates(
     earlier facts); a supersede whose new fact says what the memory it
     replaces says changes nothing and is dropped too. Memories this batch
     supersedes or forgets do not count, nor do those of the same extraction (a
-    re-run rewrites them). A backend that cannot find neighbours
+    re-run rewrites them); what `earlier` (the session's earlier jobs' plans, applied
+    first) writes counts as stored. A backend that cannot find neighbours
     (`memory.protocols.FindsNeighbours`) is not checked.
     """
     if not isinstance(store, FindsNeighbours):
         return list(changes)
     shown = {item.id: item for item in recalled}
-    going = {change.target for change in changes if change.target}
+    going = {change.target for change in [*earlier, *changes] if change.target}
     kept: list[Change] = []
-    fresh: list[MemoryItem] = []
+    # What the session's earlier jobs write counts as stored (they are applied first).
+    fresh: list[MemoryItem] = [c.item for c in earlier if c.item is not None]
     for change in changes:
         new = change.item
         if new is None:
@@ -114,6 +117,7 @@ def _twin(
             item
             for item, cosine in pairs
             if item.id not in going
+            and item.bucket == new.bucket  # a fact another scope holds is not this one's
             and not _same_writer(item, new)
             and near_duplicate(cosine, new.content, item.content, threshold)
         ),

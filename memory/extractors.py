@@ -21,42 +21,69 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from memory.items import MemoryItem, Scope
+from memory.naming import SHARED, covers, named, shares
 from memory.operations import Add, Forget, Operation, Recalled, Supersede
 from memory.protocols import MemoryBackend
 from memory.transcript import last_human, message_text
 
+# Each form only at the start: "别忘了…", "我差点忘掉…", "你还记住…吗" are no requests.
 _REMEMBER = re.compile(
-    r"(?:请?记住|帮我记住|remember(?:\s+that)?)\s*[:：,，]?\s*(?P<what>.+)",
+    r"^\s*(?:(?:请|帮我|麻烦你?)?记住|(?:please\s+)?remember(?:\s+that)?\b)\s*[:：,，]?\s*(?P<what>.*)",
     re.IGNORECASE | re.DOTALL,
 )
-# Only at the start: "别忘了…" / "don't forget that…" must never erase anything.
 _CORRECT = re.compile(
-    r"^\s*(?:更正|纠正一下|correction)\s*[:：,，]?\s*(?P<what>.+)", re.IGNORECASE | re.DOTALL
+    r"^\s*(?:(?:更正|纠正)(?:一下)?|correction)\s*[:：,，]?\s*(?P<what>.*)",
+    re.IGNORECASE | re.DOTALL,
 )
 _FORGET = re.compile(
-    r"^\s*(?:请|帮我)?(?:忘掉|forget\s+(?:that|about))\s*[:：,，]?\s*(?P<what>.+)",
+    r"^\s*(?:(?:请|帮我)?忘掉|(?:please\s+)?forget\s+(?:that|about))\s*[:：,，]?\s*(?P<what>.*)",
     re.IGNORECASE | re.DOTALL,
 )
+_QUESTION = re.compile(r"(?:[?？]|[吗呢么]\s*[。.!！]?)\s*$")
+SUPERSEDE_RELEVANCE = 0.35
+"""The store's relevance a memory needs to be the one a correction supersedes (measured on
+`tests/data/memory_phrases.jsonl`: the facts corrected there score 0.38-0.79, the
+closest memory of a correction that names none at most 0.36)."""
+SUPERSEDE_MARGIN = 0.03
+"""How far ahead of the next memory it must be: a tie is no correction of either."""
 
 
-def _what(pattern: re.Pattern[str], text: str) -> str:
-    """What follows the form's words, without the closing punctuation ('' when no match)."""
+def _what(pattern: re.Pattern[str], text: str) -> str | None:
+    """What follows the form's words, without the closing punctuation (None: no match)."""
     match = pattern.search(text)
-    return match.group("what").strip().rstrip("。.!！") if match else ""
+    return match.group("what").strip().rstrip("。.!！") if match else None
+
+
+def _relevance(memory: Recalled) -> float:
+    return memory.relevance if memory.relevance is not None else 0.0
+
+
+def _corrected(memories: Sequence[Recalled], said: str) -> Recalled | None:
+    """The memory a correction supersedes: the clearly closest, sharing its subject."""
+    if not memories or _relevance(memories[0]) < SUPERSEDE_RELEVANCE:
+        return None
+    runner_up = _relevance(memories[1]) if len(memories) > 1 else 0.0
+    top = memories[0]
+    if _relevance(top) - runner_up < SUPERSEDE_MARGIN or shares(top.item.content, said) < SHARED:
+        return None
+    return top
 
 
 class ManualExtractor:
-    """Deterministic forms in the owner's latest message. Inline.
+    """Deterministic forms at the start of the owner's latest message. Inline.
 
-    - "记住 X" / "remember X": add X;
-    - "更正：X" / "correction: X": X supersedes the closest memory shown (keeping its
-      scope and kind); with none shown, X is added;
-    - "忘掉 X" / "forget that X": forget the closest memory shown.
+    - "记住 X" / "remember X": add X, when X is a statement (not a question);
+    - "更正：X" / "correction: X": X supersedes the memory it corrects (the clearly
+      closest one shown, sharing its subject: `memory.naming.shares`), keeping its scope
+      and kind; when none is, X is added;
+    - "忘掉 X" / "forget that X": forget the memory X names (the closest shown whose
+      words cover X's: `memory.naming.covers`); when none does, nothing.
 
-    Only the owner's words: a human message with a display name is a third
-    party's, and is never stored (the loop also keeps such messages from every
-    extractor, see `nodes.extraction.extractable`); restricted sessions never
-    reach an extractor at all.
+    A form whose X names nothing ("忘掉吧，没什么", "forget that, never mind",
+    "更正一下，我刚才说错了") changes nothing: the reply can ask what was meant.
+    Only the owner's words: a human message with a display name is a third party's,
+    and is never stored (the loop also keeps such messages from every extractor, see
+    `nodes.extraction.extractable`); restricted sessions never reach an extractor at all.
     """
 
     background = False
@@ -74,22 +101,23 @@ class ManualExtractor:
     ) -> list[Operation]:
         human = last_human(messages)
         text = message_text(human) if human is not None and not human.name else ""
-        closest = memories[0] if memories else None
-        if forget := _what(_FORGET, text):
-            return [Forget(closest.handle)] if closest is not None and forget else []
-        if correct := _what(_CORRECT, text):
-            if closest is None:
+        if (forget := _what(_FORGET, text)) is not None:
+            named_one = next((m for m in memories if covers(m.item.content, forget)), None)
+            return [Forget(named_one.handle)] if named_one is not None and named(forget) else []
+        if (correct := _what(_CORRECT, text)) is not None:
+            if not named(correct):
+                return []
+            old = _corrected(memories, correct)
+            if old is None:
                 return [Add(MemoryItem(content=correct, kind=self.kind, scope=self.scope))]
-            old = closest.item  # the persona is the loop's to stamp, as for any new item
-            return [
-                Supersede(
-                    closest.handle, MemoryItem(content=correct, kind=old.kind, scope=old.scope)
-                )
-            ]
-        if remember := _what(_REMEMBER, text):
-            # No persona here: the loop stamps the turn's persona (memory.policy.stamp).
-            return [Add(MemoryItem(content=remember, kind=self.kind, scope=self.scope))]
-        return []
+            # The persona is the loop's to stamp, as for any new item.
+            new = MemoryItem(content=correct, kind=old.item.kind, scope=old.item.scope)
+            return [Supersede(old.handle, new)]
+        remember = _what(_REMEMBER, text)
+        if remember is None or not named(remember) or _QUESTION.search(remember):
+            return []
+        # No persona here: the loop stamps the turn's persona (memory.policy.stamp).
+        return [Add(MemoryItem(content=remember, kind=self.kind, scope=self.scope))]
 
 
 class Candidate(BaseModel):
@@ -140,6 +168,9 @@ OPERATIONS_PROMPT = EXTRACTION_PROMPT + (
     "add（新的事实，已有记忆里没有）；supersede（某条已有记忆不再成立，用新事实取代它，填它的编号）；"
     "forget（主人明确要求忘掉某条记忆，填它的编号）；none（已经记住了或不值得记）。"
     "只能用列出的编号，不要编造编号；同一件事已经记住时不要再 add。"
+    "supersede 和 forget 只用于主人的话明确指出的那一条：「忘掉吧」「算了，没什么」「更正一下」"
+    "「forget that, never mind」这类没有说是哪条的话，以及说的是一件没记过的事（例如问到没存过的"
+    "银行卡号），都不做任何操作，回复里可以问主人指的是哪条；问句不是事实，不要 add。"
 )
 
 

@@ -22,8 +22,10 @@ from typing import Any, Literal
 
 from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
+from chromadb.errors import NotFoundError
 
 from memory.items import MemoryItem
+from memory.sealing import Documents
 
 HISTORY_COLLECTION = "cyrene_memory_history"
 # Chroma wants a vector per record; history is only read by id and metadata.
@@ -57,8 +59,9 @@ class HistoryEntry:
 class History:
     """The history collection of one Chroma client."""
 
-    def __init__(self, client: ClientAPI) -> None:
+    def __init__(self, client: ClientAPI, documents: Documents) -> None:
         self._client = client
+        self._documents = documents
         self._collection: Collection | None = None
 
     def records(self) -> Collection:
@@ -68,11 +71,24 @@ class History:
             )
         return self._collection
 
+    def existing(self) -> Collection | None:
+        """The history collection, if a supersede or a forget has made it (None: none)."""
+        if self._collection is None:
+            try:
+                self._collection = self._client.get_collection(HISTORY_COLLECTION)
+            except (NotFoundError, ValueError):
+                return None
+        return self._collection
+
     def superseded(self, item: MemoryItem, by: str, at: float) -> None:
         """Keep `item`, replaced by the memory `by` at `at` (idempotent)."""
         meta = {**item.metadata(), "state": _SUPERSEDED, "at": at, "superseded_by": by}
+        ids = [str(item.id)]
         self.records().upsert(
-            ids=[str(item.id)], embeddings=_POINT, documents=[item.content], metadatas=[meta]
+            ids=ids,
+            embeddings=_POINT,
+            documents=self._documents.seal(ids, [item.content]),
+            metadatas=[meta],
         )
 
     def forgotten(
@@ -105,14 +121,18 @@ class History:
         if not ids:
             return {}
         got = self.records().get(ids=list(dict.fromkeys(ids)), include=["documents", "metadatas"])
-        return {got["ids"][n]: _entry(got, n) for n in range(len(got["ids"]))}
+        return {got["ids"][n]: entry for n, entry in enumerate(self._entries(got))}
 
     def predecessors(self, item_id: str) -> list[HistoryEntry]:
         """The memories `item_id` directly replaced."""
         got = self.records().get(
             where={"superseded_by": item_id}, include=["documents", "metadatas"]
         )
-        return [_entry(got, n) for n in range(len(got["ids"]))]
+        return self._entries(got)
+
+    def _entries(self, got: Mapping[str, Any]) -> list[HistoryEntry]:
+        texts = self._documents.unseal(got["ids"], got.get("documents") or [None] * len(got["ids"]))
+        return [_entry(got, n, text) for n, text in enumerate(texts)]
 
     def ancestry(self, item_id: str) -> list[HistoryEntry]:
         """Every memory `item_id` replaced, directly or through others, oldest last."""
@@ -130,11 +150,10 @@ class History:
         return found
 
 
-def _entry(got: Mapping[str, Any], n: int) -> HistoryEntry:
+def _entry(got: Mapping[str, Any], n: int, text: str | None) -> HistoryEntry:
     item_id, meta = got["ids"][n], dict(got["metadatas"][n] or {})
-    document = got["documents"][n] if got.get("documents") else None
     state: State = _FORGOTTEN if meta.get("state") == _FORGOTTEN else _SUPERSEDED
-    item = MemoryItem.from_record(item_id, document, meta) if document else None
+    item = MemoryItem.from_record(item_id, text, meta) if text else None
     return HistoryEntry(
         item_id=item_id,
         state=state,

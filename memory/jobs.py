@@ -64,11 +64,16 @@ class ExtractionJob:
     """One turn's background extraction (identity is the object; `key` names the turn)."""
 
     key: str
-    extract: Callable[[], Iterable[Any]]
-    """Its changes (`memory.planning.plan_extraction`), or plain items / operations to resolve."""
+    extract: Callable[..., Iterable[Any]]
+    """Its changes (`memory.planning.plan_extraction`), or plain items / operations to resolve;
+    called with `earlier=`: what its session's earlier jobs, planned with it, change."""
     persona_id: str | None
     source: Source
     store: Any
+    session: str | None = None
+    """The session the turn belongs to: its jobs are planned and applied one at a time."""
+    order: int = 0
+    """The turn's number in its session: a job waits while an earlier one is in hand."""
     timeout: float = DEFAULT_TIMEOUT
     stats: JobStats = field(default_factory=JobStats)
     abandon: str = ""
@@ -77,6 +82,9 @@ class ExtractionJob:
     """Claims so far, this one included (from the ledger, so earlier lives count)."""
     claim: Record | None = None
     """This process's claim on the job, as written to the ledger."""
+    tried: bool = False
+    """Whether the extractor ran under `claim` (a job held back behind an earlier one of its
+    session renews its claim without counting an attempt)."""
     changes: list[Change] | None = None
     """Its resolved changes, once extracted (kept until they are applied and marked done)."""
     planned: bool = False

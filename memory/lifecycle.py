@@ -16,10 +16,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memory.aliases import drop_aliases, leave_alias
-from memory.erasure import Eraser, Gate
+from memory.erasure import Gate, exclusively, gated
 from memory.history import History, HistoryEntry
 from memory.items import MemoryItem
 from memory.records import records
+from memory.sealing import Documents
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
@@ -34,7 +35,7 @@ class Lifecycle:
 
     _history: History
     _gate: Gate
-    _eraser: Eraser | None
+    _documents: Documents
     clock: Callable[[], float]
 
     if TYPE_CHECKING:
@@ -45,7 +46,9 @@ class Lifecycle:
         def add_many(self, items: Iterable[MemoryItem]) -> builtins.list[str]: ...
         def _write(self, items: Iterable[MemoryItem]) -> builtins.list[str]: ...
         def get(self, item_id: str) -> MemoryItem | None: ...
+        def _erase(self, ids: builtins.list[str]) -> None: ...
 
+    @gated
     def supersede(self, item_id: str, new: MemoryItem, *, at: float | None = None) -> bool:
         """Replace a memory with a new one; the old is kept in its history, never searched again.
 
@@ -63,26 +66,27 @@ class Lifecycle:
             ValueError: a persona-scope `new` without `persona_id`.
         """
         when = self.clock() if at is None else at
-        with self._gate.shared():  # one hold: no forget falls between these steps
-            found = self._find(item_id)
-            old = records(found[1])[0] if found is not None else None
-            # A replacement forgotten since took what it replaced with it: no history, no alias.
-            current = not _forgotten_since(self._history.entries([str(new.id)]), new, when)
-            if str(new.id) == item_id:  # the same record rewritten (a re-run's own item)
-                if current:
-                    self._write([new])
-                return old is not None
+        # One hold of the gate (`gated`): no forget falls between these steps.
+        found = self._find(item_id)
+        old = records(found[1], self._documents)[0] if found is not None else None
+        # A replacement forgotten since took what it replaced with it: no history, no alias.
+        current = not _forgotten_since(self._history.entries([str(new.id)]), new, when)
+        if str(new.id) == item_id:  # the same record rewritten (a re-run's own item)
             if current:
-                if old is not None:
-                    self._history.superseded(old, by=str(new.id), at=when)
                 self._write([new])
-            if found is None or old is None:
-                return False
-            if current:
-                leave_alias(found[0], old, new)
-            found[0].delete(ids=[item_id])
+            return old is not None
+        if current:
+            if old is not None:
+                self._history.superseded(old, by=str(new.id), at=when)
+            self._write([new])
+        if found is None or old is None:
+            return False
+        if current:
+            leave_alias(found[0], old, new, self._documents)
+        found[0].delete(ids=[item_id])
         return True
 
+    @exclusively
     def forget(self, item_id: str, *, at: float | None = None) -> bool:
         """Forget a memory and every memory it replaced: their text leaves the store.
 
@@ -98,32 +102,36 @@ class Lifecycle:
             True when there was something to forget.
         """
         when = self.clock() if at is None else at
-        with self._gate.shared():
-            found = self._find(item_id)
-            kept = self._history.entry(item_id)
-            ancestry = self._history.ancestry(item_id)
-            # A replaced fact stated again since is live again: it is not this memory's to take.
-            restated = self._stored_ids([e.item_id for e in ancestry])
-        subject = records(found[1])[0] if found is not None else kept.item if kept else None
+        found = self._find(item_id)
+        kept = self._history.entry(item_id)
+        ancestry = self._history.ancestry(item_id)
+        # A replaced fact stated again since is live again: it is not this memory's to take.
+        restated = self._stored_ids([e.item_id for e in ancestry])
+        subject = (
+            records(found[1], self._documents)[0]
+            if found is not None
+            else kept.item
+            if kept
+            else None
+        )
         if subject is None:  # unknown, or already forgotten
             return False
         older = [e.item for e in ancestry if e.item is not None and e.item_id not in restated]
         owners = {str(i.id): (i.scope.value, i.persona_id) for i in [subject, *older]}
         ids = builtins.list(owners)
-        with self._gate.exclusive():
-            if found is not None:
-                found[0].delete(ids=[item_id])
-            # The words they left as aliases go too, and any alias that pointed to them.
-            words = list(dict.fromkeys(w for c in self._stored() for w in drop_aliases(c, ids)))
-            self._history.forgotten(ids, owners, when)
-            if self._eraser is not None:
-                self._eraser.erase([*ids, *words])
+        if found is not None:
+            found[0].delete(ids=[item_id])
+        # The words they left as aliases go too, and any alias that pointed to them.
+        words = list(dict.fromkeys(w for c in self._stored() for w in drop_aliases(c, ids)))
+        self._history.forgotten(ids, owners, when)
+        self._erase([*ids, *words])
         for forgotten in ids:
             log.info(
                 "memory forgotten: id=%s scope=%s at=%.3f", forgotten, owners[forgotten][0], when
             )
         return True
 
+    @gated
     def history(self, item_id: str) -> builtins.list[HistoryEntry]:
         """A memory's chain, oldest first: what it replaced, itself, and what replaced it.
 
@@ -153,7 +161,7 @@ class Lifecycle:
         """Apply planned changes (`memory.operations`), idempotently: adds, then supersedes
         and forgets in order (`memory.protocols.AppliesChanges`)."""
         adding = [c for c in changes if c.action == "add" and c.item is not None]
-        with self._gate.shared():
+        with self._gate.shared():  # not held across the forgets below: they hold it alone
             known = (
                 self._history.entries([str(c.item.id) for c in adding if c.item]) if adding else {}
             )

@@ -37,10 +37,12 @@ log = logging.getLogger("cyrene.memory")
 
 @dataclass(frozen=True)
 class Recalled:
-    """A readable memory shown to the extractor under a small integer handle (1..N)."""
+    """A readable memory shown to the extractor under a small integer handle (1..N), with
+    how relevant the store found it to the owner's latest message (None: not known)."""
 
     handle: int
     item: MemoryItem
+    relevance: float | None = None
 
 
 @dataclass(frozen=True)
@@ -86,9 +88,15 @@ class Change(BaseModel):
     at: float
 
 
-def handles(items: Iterable[MemoryItem]) -> list[Recalled]:
-    """Number memories 1..N for an extractor."""
-    return [Recalled(n, item) for n, item in enumerate(items, 1)]
+def handles(
+    items: Iterable[MemoryItem], relevances: Iterable[float | None] | None = None
+) -> list[Recalled]:
+    """Number memories 1..N for an extractor (with the store's relevance of each)."""
+    scores = list(relevances) if relevances is not None else []
+    return [
+        Recalled(n, item, scores[n - 1] if n <= len(scores) else None)
+        for n, item in enumerate(items, 1)
+    ]
 
 
 def may_write(item: MemoryItem, persona_id: str | None) -> bool:
@@ -111,7 +119,7 @@ def resolve(
     Raises:
         TypeError: an element is neither an operation nor a `MemoryItem` (the extractor is broken).
     """
-    shown = {r.handle: r.item for r in recalled}
+    shown = {r.handle: r for r in recalled}
     when = time.time() if at is None else at
     changes: list[Change] = []
     targeted: set[int] = set()
@@ -141,11 +149,30 @@ def resolve(
     return changes
 
 
+MIN_TARGET_RELEVANCE = 0.2
+"""The store's relevance (to the owner's latest message) below which no extractor may
+supersede or forget a memory: the message names nothing like it. A safety net under a
+model's own judgement (`LLMExtractor`'s prompt states the rule; `ManualExtractor` has
+stricter ones): on `tests/data/memory_phrases.jsonl` the closest memory of a forget that
+names nothing ("忘掉吧", "forget that, never mind", "忘掉刚才说的话") scores 0.05-0.20; the
+facts corrected in `memory_recall.jsonl`'s update pairs, 0.28 and up (a knee injury
+replacing running)."""
+
+
 def _target(
-    handle: int, shown: dict[int, MemoryItem], taken: set[int], persona_id: str | None
+    handle: int, shown: dict[int, Recalled], taken: set[int], persona_id: str | None
 ) -> MemoryItem | None:
     """The memory a handle names, if the turn may change it (else logged, None)."""
-    item = shown.get(handle)
+    recalled = shown.get(handle)
+    item = recalled.item if recalled is not None else None
+    relevance = recalled.relevance if recalled is not None else None
+    if recalled is not None and relevance is not None and relevance < MIN_TARGET_RELEVANCE:
+        log.warning(
+            "memory operation refused: memory %s (relevance %.2f) is not what the message names",
+            recalled.item.id,
+            relevance,
+        )
+        return None
     if item is None:
         log.warning(
             "memory operation refused: handle %r is not one of the %d memories shown",

@@ -2,6 +2,14 @@
 
     submit ─▶ claim (ledger swap) ─▶ extract (pool, deadline) ─▶ record plan, apply ─▶ mark done
 
+A session's jobs go through it in turn order: those due together are planned one
+after another on one pool thread, each against the store and what the earlier ones
+plan to change, and applied in that order (`memory.cycle.store_items`); one in hand
+elsewhere holds back the later ones until it is stored, in this process and in any
+other (a session's next turn hands this pipeline every earlier job its checkpoint
+still lists, so one still running elsewhere holds the later ones here until the
+ledger calls it done). Sessions run side by side.
+
 The writer works in cycles. A cycle takes everything that waited: it reads the
 ledger for the jobs that came in, claims them in one compare-and-swap per
 ledger and starts their extraction; while they extract it gives way to turns,
@@ -26,10 +34,21 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
-from memory.cycle import MAX_ATTEMPTS, MAX_BACKOFF, RETRY_DELAYS, claim, decide, mark, store_items
+from memory.cycle import (
+    MAX_ATTEMPTS,
+    MAX_BACKOFF,
+    RETRY_DELAYS,
+    behind_held,
+    chains,
+    claim,
+    decide,
+    mark,
+    store_items,
+)
 from memory.jobs import ExtractionJob, run_with_deadline
-from memory.operations import planned
+from memory.operations import Change, planned
 
 log = logging.getLogger("cyrene.memory")
 
@@ -134,17 +153,20 @@ class Pipeline:
             last = time.monotonic()
 
     def _due(self) -> tuple[float | None, float | None]:
-        """(When the longest-waiting due work became due, seconds until the next retry is due)."""
+        """(When the longest-waiting due work became due, seconds until the next retry is due);
+        a job behind an earlier one of its session is not due (its settling wakes the writer)."""
         now = time.monotonic()
         due = [j.waiting_since for j in self._ready]
-        due += [max(j.waiting_since, j.not_before) for j in self._inbox if j.not_before <= now]
+        ripe = [j for j in self._inbox if j.not_before <= now]
+        due += [max(j.waiting_since, j.not_before) for j in self._unblocked(ripe)]
         later = [j.not_before - now for j in self._inbox if j.not_before > now]
         return (min(due) if due else None), (min(later) if later else None)
 
     def _cycle(self, deadline: float) -> None:
         now = time.monotonic()
         with self._cond:
-            fresh = [j for j in self._inbox if j.not_before <= now][:CLAIM_BATCH]
+            due = [j for j in self._inbox if j.not_before <= now]
+            fresh = self._unblocked(due)[:CLAIM_BATCH]
             for job in fresh:
                 self._inbox.remove(job)
         # The ledger steps do not wait for turns (a SQLite file or a server: neither holds
@@ -159,15 +181,20 @@ class Pipeline:
                 _keys(job for job, _ in plan.later),
                 _keys(plan.skipped),
             )
-        for job in claimed:
-            if job.changes is None:
-                self._extract(job)
-            else:  # extracted under an earlier claim that lapsed: store, do not extract again
-                self._make_ready(job)
+        held = [*(job for job, _ in plan.later), *plan.unreadable, *beaten, *unclaimed]
+        going, waiting = behind_held([*claimed, *plan.stores], held)
+        for chain in chains(going):
+            if all(job.changes is not None for job in chain):
+                for job in chain:  # planned under an earlier claim that lapsed: store them
+                    self._make_ready(job)
+            else:
+                self._extract(chain)
+        for job in waiting:
+            self._requeue(job, now)  # an earlier job of its session is held: after it
         with self._cond:
             self._cond.wait_for(lambda: not self._extracting, max(0.0, deadline - now))
             ready, self._ready = self._ready, []
-        stored, unstored = store_items([*ready, *plan.stores], deadline)
+        stored, unstored = store_items(ready, deadline)
         marked = mark(stored, plan.lost, deadline)
         for job in stored:
             if job in marked:
@@ -194,23 +221,51 @@ class Pipeline:
         for job in beaten:
             self._requeue(job, now)  # claimed elsewhere first: see by whom next cycle
 
-    def _extract(self, job: ExtractionJob) -> None:
+    def _unblocked(self, due: list[ExtractionJob]) -> list[ExtractionJob]:
+        """The due jobs no earlier job of their session holds back: one that is in hand
+        here and not due with them (extracting, waiting for its store, held elsewhere).
+        A session's due jobs go together, as one chain (`chains`)."""
+        taken = set(due)
+        earliest: dict[str, int] = {}
+        for other in self._active.values():
+            if other.session is not None and other not in taken:
+                earliest[other.session] = min(earliest.get(other.session, other.order), other.order)
+        return [
+            job
+            for job in due
+            if job.session is None or job.order <= earliest.get(job.session, job.order)
+        ]
+
+    def _extract(self, chain: list[ExtractionJob]) -> None:
         assert self._pool is not None
         with self._cond:
-            self._extracting.add(job.key)
-        self._pool.submit(self._attempt, job)
+            self._extracting.update(job.key for job in chain)
+        self._pool.submit(self._attempt, chain)
 
-    # -- one attempt (on a pool thread) ---------------------------------------
-    def _attempt(self, job: ExtractionJob) -> None:
+    # -- one session's chain of attempts (on a pool thread) --------------------
+    def _attempt(self, chain: list[ExtractionJob]) -> None:
+        """Plan a session's jobs one after another, each against what the earlier ones
+        plan to change (they are applied in this order: `memory.cycle.store_items`); one
+        that fails holds back those after it."""
+        earlier: list[Change] = []
         try:
-            self._run_attempt(job)
+            for n, job in enumerate(chain):
+                if job.changes is None and not self._run_attempt(job, earlier):
+                    for later in chain[n + 1 :]:
+                        self._requeue(later, time.monotonic())
+                    return
+                earlier += job.changes or []
+                self._make_ready(job)
         finally:
             with self._cond:
-                self._extracting.discard(job.key)
+                self._extracting.difference_update(job.key for job in chain)
                 self._cond.notify_all()
 
-    def _run_attempt(self, job: ExtractionJob) -> None:
-        outcome = run_with_deadline(job.extract, job.timeout)
+    def _run_attempt(self, job: ExtractionJob, earlier: list[Change]) -> bool:
+        """Extract and plan `job` (given what its session's earlier jobs change); whether it
+        has changes now (else it is requeued for a retry or to be marked lost)."""
+        job.tried = True
+        outcome = run_with_deadline(partial(job.extract, earlier=earlier), job.timeout)
         if isinstance(outcome, list):
             source = job.source.model_copy(update={"extraction": job.key})
             try:
@@ -218,8 +273,7 @@ class Pipeline:
             except Exception as exc:  # the extractor returned something that is no operation
                 outcome = exc
             else:
-                self._make_ready(job)
-                return
+                return True
         if outcome is None:
             job.count("timed_out")
             log.warning(
@@ -233,6 +287,7 @@ class Pipeline:
             self._requeue(job, time.monotonic() + RETRY_DELAYS[job.attempts - 1])
         else:  # the ledger shows its last claim: the next cycle marks it lost
             self._requeue(job, time.monotonic())
+        return False
 
     # -- settling --------------------------------------------------------------
     def _make_ready(self, job: ExtractionJob) -> None:

@@ -21,6 +21,7 @@ from memory.protocols import (
     AppliesChanges,
     Extractor,
     ExtractsOperations,
+    FindsNeighbours,
     MemoryBackend,
     RanksByRelevance,
 )
@@ -36,10 +37,15 @@ rank by relevance itself: `memory.protocols.RanksByRelevance`)."""
 
 
 def recall(
-    store: MemoryBackend, messages: Sequence[BaseMessage], persona_id: str | None
+    store: MemoryBackend,
+    messages: Sequence[BaseMessage],
+    persona_id: str | None,
+    earlier: Sequence[Change] = (),
 ) -> list[Recalled]:
     """The memories the turn's reader may see that are closest to its latest message, by
-    relevance (not age)."""
+    relevance (not age), as they stand once `earlier` (what the session's earlier jobs
+    plan to change, not yet applied) is: what they replace or forget is gone, what they
+    write is there."""
     human = last_human(messages)
     query = message_text(human) if human is not None else ""
     if not query.strip():
@@ -47,10 +53,16 @@ def recall(
     # Ranked by relevance alone: the fact a new one contradicts is usually the older one,
     # which the search's age decay would push below fresh, loosely related notes.
     if isinstance(store, RanksByRelevance):
-        return handles(hit.item for hit in store.relevant(query, persona_id, k=RECALL_LIMIT))
-    hits = store.search(query, persona_id=persona_id, restricted=False, k=RECALL_POOL)
-    closest = sorted(hits, key=lambda hit: hit.relevance, reverse=True)[:RECALL_LIMIT]
-    return handles(hit.item for hit in closest)
+        hits = list(store.relevant(query, persona_id, k=RECALL_LIMIT))
+    else:
+        hits = list(store.search(query, persona_id=persona_id, restricted=False, k=RECALL_POOL))
+    gone = {change.target for change in earlier if change.target}
+    scored = [(hit.item, hit.relevance) for hit in hits if hit.item.id not in gone]
+    written = [c.item for c in earlier if c.item is not None and c.item.id not in gone]
+    if written and isinstance(store, FindsNeighbours):
+        scored += zip(written, store.similarities(query, [i.content for i in written]), strict=True)
+    closest = sorted(scored, key=lambda pair: pair[1], reverse=True)[:RECALL_LIMIT]
+    return handles((item for item, _ in closest), (score for _, score in closest))
 
 
 def plan_extraction(
@@ -60,17 +72,19 @@ def plan_extraction(
     *,
     persona_id: str | None,
     source: Source,
+    earlier: Sequence[Change] = (),
 ) -> list[Change]:
     """Ask the extractor (showing it the memories it may change, if it takes them) and
-    resolve its answer into the changes to apply, near-duplicates dropped."""
+    resolve its answer into the changes to apply, near-duplicates dropped; against the
+    store as it stands once `earlier` (the session's earlier jobs' plans) is applied."""
     if isinstance(extractor, ExtractsOperations):
-        recalled = recall(store, messages, persona_id)
+        recalled = recall(store, messages, persona_id, earlier)
         operations = list(extractor.extract_operations(messages, recalled))
     else:
         recalled, operations = [], list(extractor.extract(messages))
     changes = resolve(operations, recalled, persona_id=persona_id, source=source)
     try:
-        return drop_duplicates(changes, store, persona_id, [r.item for r in recalled])
+        return drop_duplicates(changes, store, persona_id, [r.item for r in recalled], earlier)
     except Exception as exc:  # the store is down: its write will wait for it, not the model
         log.warning("near-duplicate check skipped (%s: %s)", type(exc).__name__, exc)
         return changes

@@ -132,3 +132,19 @@ class ProcessPlans:
         with self._lock:
             for key in keys:
                 self._plans.pop(key, None)
+
+
+def planned_once(ledger: Any, key: str, plan: Callable[[], list[Change]]) -> list[Change] | None:
+    """An inline extraction's changes, exactly once: None when the ledger calls `key` done
+    (its changes are applied); else the plan recorded for it, or, when there is none yet,
+    `plan()` recorded first. A replay after a crash applies the recorded plan and never
+    plans again against a store its first run already changed."""
+    record = ledger.read([key]).get(key)
+    if record is not None and record.state != "running":
+        return None
+    book = plan_book(ledger)
+    if book is None:
+        return plan()
+    if (recorded := book.read([key]).get(key)) is not None:
+        return decode(recorded)
+    return decode(book.record({key: encode(plan())})[key])

@@ -7,12 +7,16 @@ collections to touch.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Set
+from collections.abc import Callable, Iterator, Mapping, Set
 from typing import Any
 
 from chromadb.api.models.Collection import Collection
 
 from memory.items import MemoryItem, Scope
+from memory.sealing import Documents
+
+Embed = Callable[[list[str]], Any]
+"""The store's embedding of documents (Chroma is given vectors: it cannot embed sealed text)."""
 
 log = logging.getLogger("cyrene.memory")
 
@@ -43,11 +47,11 @@ def may_read(item: MemoryItem, reader: str | None, restricted: bool) -> bool:
 
 
 def upsert_each(
-    collection: Collection, chunk: list[MemoryItem]
+    collection: Collection, chunk: list[MemoryItem], documents: Documents, embed: Embed
 ) -> list[tuple[MemoryItem, BaseException]]:
     """Write a chunk; if Chroma refuses it, write item by item. Returns the items that failed."""
     try:
-        write(collection, chunk)
+        write(collection, chunk, documents, embed)
         return []
     except Exception as exc:
         if len(chunk) == 1:
@@ -55,7 +59,7 @@ def upsert_each(
     failed: list[tuple[MemoryItem, BaseException]] = []
     for item in chunk:
         try:
-            write(collection, [item])
+            write(collection, [item], documents, embed)
         except Exception as exc:
             failed.append((item, exc))
     return failed
@@ -74,18 +78,25 @@ def pages(
         yield collection.get(limit=size, offset=offset, include=include)
 
 
-def every_item(collection: Collection) -> list[MemoryItem]:
+def every_item(collection: Collection, documents: Documents) -> list[MemoryItem]:
     """Every memory of a collection, read a page at a time."""
     return [
-        item for page in pages(collection, ["documents", "metadatas"]) for item in records(page)
+        item
+        for page in pages(collection, ["documents", "metadatas"])
+        for item in records(page, documents)
     ]
 
 
-def write(collection: Collection, items: list[MemoryItem]) -> None:
-    """One upsert of items with distinct ids (Chroma refuses a batch that repeats one)."""
+def write(
+    collection: Collection, items: list[MemoryItem], documents: Documents, embed: Embed
+) -> None:
+    """One upsert of items with distinct ids (Chroma refuses a batch that repeats one): their
+    text sealed (`memory.sealing`), so their vectors are given too."""
+    ids, texts = [item_key(i) for i in items], [i.content for i in items]
     collection.upsert(
-        ids=[item_key(i) for i in items],
-        documents=[i.content for i in items],
+        ids=ids,
+        documents=documents.seal(ids, texts),
+        embeddings=embed(texts),
         metadatas=[i.metadata() for i in items],
     )
 
@@ -107,12 +118,14 @@ def prune(collection: Collection, written: Mapping[str, Set[str]]) -> int:
     return len(stale)
 
 
-def records(got: Mapping[str, Any]) -> list[MemoryItem]:
-    """MemoryItems from a Chroma `get` result (ids, documents, metadatas); aliases skipped."""
+def records(got: Mapping[str, Any], documents: Documents) -> list[MemoryItem]:
+    """MemoryItems from a Chroma `get` result (ids, documents, metadatas); aliases, and
+    records whose text is gone (forgotten), skipped."""
+    texts = documents.unseal(got["ids"], got["documents"])
     return [
-        MemoryItem.from_record(i, d, m or {})
-        for i, d, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True)
-        if not is_alias(m)
+        MemoryItem.from_record(i, text, m or {})
+        for i, text, m in zip(got["ids"], texts, got["metadatas"], strict=True)
+        if not is_alias(m) and text is not None
     ]
 
 

@@ -28,9 +28,11 @@ from typing import Any
 from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
 from chromadb.errors import NotFoundError
+from chromadb.utils.embedding_functions import config_to_embedding_function
 
 from memory.errors import MemoryStoreError
 from memory.layout import ours
+from memory.sealing import Documents
 
 log = logging.getLogger("cyrene.memory")
 
@@ -54,6 +56,7 @@ def written_with(collection: Collection, embedding_function: Any) -> bool:
 def reembed_store(
     client: ClientAPI,
     embedding_function: Any,
+    documents: Documents,
     *,
     everything: bool = False,
     progress: Progress | None = None,
@@ -81,7 +84,7 @@ def reembed_store(
     embedded = 0
     for collection in client.list_collections():
         if ours(collection) and (everything or not written_with(collection, embedding_function)):
-            embedded += _reembed(client, collection, embedding_function, progress)
+            embedded += _reembed(client, collection, embedding_function, documents, progress)
     return embedded
 
 
@@ -96,33 +99,61 @@ def _target(staged: Collection) -> str:
     return str((staged.metadata or {}).get("reembed_of", ""))
 
 
+def rebuild(client: ClientAPI, source: Collection) -> int:
+    """Copy `source` into a new collection with its own vectors (not embedded anew) and
+    swap it in: its vector index files are written afresh (`memory.clear_text`)."""
+    recorded = (source.configuration_json or {}).get("embedding_function")
+    function = config_to_embedding_function(recorded) if recorded else None
+    return _reembed(client, source, function, None, None)
+
+
 def _reembed(
-    client: ClientAPI, source: Collection, embedding_function: Any, progress: Progress | None
+    client: ClientAPI,
+    source: Collection,
+    embedding_function: Any,
+    documents: Documents | None,
+    progress: Progress | None,
 ) -> int:
-    """Copy `source` into its staging collection (embedding anew), then swap it in."""
+    """Copy `source` into its staging collection, embedding anew (or, without `documents`,
+    with the vectors it has), then swap it in."""
     recorded = (source.configuration_json or {}).get("embedding_function") or {}
     total = source.count()
-    log.warning(
-        "re-embedding memory collection %r (%d records, written with %s) with %s",
-        source.name, total, recorded.get("name", "an unrecorded embedding"),
-        embedding_function.name(),
-    )  # fmt: skip
+    if documents is not None:
+        log.warning(
+            "re-embedding memory collection %r (%d records, written with %s) with %s",
+            source.name, total, recorded.get("name", "an unrecorded embedding"),
+            embedding_function.name(),
+        )  # fmt: skip
     staging = _staging(client, source, embedding_function)
     staged = set(staging.get(include=[])["ids"])
+    unreadable: set[str] = set()  # sealed text whose key a forget destroyed: dropped
     for offset in range(0, total, _PAGE):
-        page: Mapping[str, Any] = source.get(
-            limit=_PAGE, offset=offset, include=["documents", "metadatas"]
-        )
-        rows = [i for i, item_id in enumerate(page["ids"]) if item_id not in staged]
-        if rows:
+        wanted: Any = ["documents", "metadatas", *(["embeddings"] if documents is None else [])]
+        page: Mapping[str, Any] = source.get(limit=_PAGE, offset=offset, include=wanted)
+        if documents is None:  # a rebuild: the vectors as they are
+            texts, vectors = page["documents"], list(page["embeddings"])
+        else:
+            texts = documents.unseal(page["ids"], page["documents"])
+            unreadable.update(i for i, text in zip(page["ids"], texts, strict=True) if text is None)
+        rows = [
+            i
+            for i, item_id in enumerate(page["ids"])
+            if item_id not in staged and (documents is None or texts[i] is not None)
+        ]
+        if rows:  # the document copied as it is (sealed or not), the vector new or kept
             staging.upsert(
                 ids=[page["ids"][i] for i in rows],
                 documents=[page["documents"][i] for i in rows],
+                embeddings=(
+                    [vectors[i] for i in rows]
+                    if documents is None
+                    else embedding_function([texts[i] for i in rows])
+                ),
                 metadatas=[page["metadatas"][i] for i in rows],
             )
         if progress is not None:
             progress(source.name, min(offset + len(page["ids"]), total), total)
-    missing = set(source.get(include=[])["ids"]) - set(staging.get(include=[])["ids"])
+    missing = set(source.get(include=[])["ids"]) - set(staging.get(include=[])["ids"]) - unreadable
     if missing:
         raise MemoryStoreError(
             f"re-embedding {source.name!r}: {len(missing)} records did not reach the new "

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from memory.aliases import resolve
 from memory.embedding import cosines
-from memory.erasure import Gate
+from memory.erasure import Gate, gated
 from memory.items import MemoryItem, Scope, bucket_name
 from memory.perspective import query_vector, readings
 from memory.ranking import Decay, Fusion, SearchResult, rank
 from memory.records import item_key, may_read, records
+from memory.sealing import Documents
 from memory.text import clean_text
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ class Search:
     min_relevance: float
     clock: Callable[[], float]
     _gate: Gate
+    _documents: Documents
     _bucket_pool: ThreadPoolExecutor
 
     if TYPE_CHECKING:
@@ -54,6 +56,7 @@ class Search:
             return builtins.list(_SHARED_BUCKETS)
         return [bucket_name(Scope.PERSONA, persona_id), *_SHARED_BUCKETS]
 
+    @gated
     def search(
         self, query: str, persona_id: str | None = None, restricted: bool = False, k: int = 8
     ) -> builtins.list[SearchResult]:
@@ -70,6 +73,7 @@ class Search:
         """
         return self._search(query, persona_id, restricted, k, self.decay)
 
+    @gated
     def relevant(
         self, query: str, persona_id: str | None = None, k: int = 8
     ) -> builtins.list[SearchResult]:
@@ -104,6 +108,7 @@ class Search:
             min_relevance=self.min_relevance,
         )
 
+    @gated
     def nearest(
         self, text: str, persona_id: str | None = None, k: int = 8, min_cosine: float = -1.0
     ) -> builtins.list[tuple[MemoryItem, float]]:
@@ -135,7 +140,7 @@ class Search:
                 if not cosine:  # (a `get` of no ids reads the whole collection)
                     return []
                 got = collection.get(ids=builtins.list(cosine), include=["documents", "metadatas"])
-                items = [(item, cosine[item_key(item)]) for item in records(got)]
+                items = [(item, cosine[item_key(item)]) for item in records(got, self._documents)]
                 # Enough, or nothing closer is left: every row read, or some too far.
                 if len(items) >= k or len(rows) < n or len(cosine) < len(rows):
                     return items
@@ -164,7 +169,7 @@ class Search:
                 n_results=n,
                 include=["documents", "metadatas", "distances"],
             )
-            return resolve(collection, found)
+            return resolve(collection, found, self._documents)
 
         hits = self._each_bucket(nearest, reader, restricted)
         return [hit for found in hits for hit in found if may_read(hit[0], reader, restricted)]
@@ -179,5 +184,4 @@ class Search:
             for bucket in self.readable_buckets(reader, restricted)
             if (c := self._collection(bucket, create=False)) is not None
         ]
-        with self._gate.shared():
-            return builtins.list(self._bucket_pool.map(read, collections))
+        return builtins.list(self._bucket_pool.map(read, collections))

@@ -29,8 +29,15 @@ from chromadb.api.models.Collection import Collection
 from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
+from memory.clear_text import finish_rebuild, has_clear_text, seal_clear_text
 from memory.embedding import MultilingualEmbedding
-from memory.erasure import Eraser, Gate
+from memory.erasure import (
+    Gate,
+    checkpoint_ledger,
+    exclusively,
+    gated,
+    scrub_pending,
+)
 from memory.errors import MemoryStoreError, MemoryWriteError
 from memory.extraction_ledger import (
     LEDGER_FILE,
@@ -45,6 +52,7 @@ from memory.lifecycle import Lifecycle
 from memory.ranking import Decay, Fusion
 from memory.records import every_item, item_key, prune, records, upsert_each
 from memory.reembed import Progress, reembed_store
+from memory.sealing import Documents, KeyRing, Plain, Sealed
 from memory.search import Search
 from memory.store_lock import DEFAULT_LOCK_TIMEOUT, StoreLock
 
@@ -59,6 +67,24 @@ _MISSING_RECHECK = 1.0
 
 def _settings() -> Settings:
     return Settings(anonymized_telemetry=False)
+
+
+_warned_clear_server = False
+
+
+def _warn_clear_server() -> None:
+    global _warned_clear_server
+    _warned_clear_server = True
+    log.warning(
+        "memory forgotten on a Chroma server that holds text in the clear: the server keeps "
+        "it in its own files (its log, full-text index, freed pages) until it compacts them"
+    )
+
+
+def _close(client: ClientAPI) -> None:
+    close = getattr(client, "close", None)  # Chroma's clients have it (the API type does not)
+    if callable(close):
+        close()
 
 
 class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
@@ -83,6 +109,7 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         lock: StoreLock | None = None,
         fusion: Fusion | None = None,
         progress: Progress | None = None,
+        keys: str | Path | None = None,
     ) -> None:
         self.client = client
         self.embedding_function: Any = embedding_function or MultilingualEmbedding()
@@ -95,15 +122,19 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         self._closed = False
         self._collections: dict[str, Collection] = {}
         self._missing: dict[str, float] = {}  # bucket → when it was found missing
-        self._history = History(client)
         self._gate = Gate()
         settings = client.get_settings()
         persistent = settings.is_persistent and settings.persist_directory
-        self._eraser = Eraser(Path(settings.persist_directory)) if persistent else None
+        self._folder = Path(settings.persist_directory) if persistent else None
+        ring = self._folder or (Path(keys) if keys is not None else None)
+        self._keys = KeyRing(ring) if ring is not None else None
+        self._documents: Documents = Sealed(self._keys) if self._keys is not None else Plain()
+        """How memory text is kept in Chroma: sealed in an embedded store (`memory.sealing`)."""
+        self._history = History(client, self._documents)
         # A search reads at most three buckets: the persona's, user and project.
         self._bucket_pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="cyrene-memory")
         # Re-embed before the layout migration, which copies stored vectors as they are.
-        reembed_store(client, self.embedding_function, progress=progress)
+        reembed_store(client, self.embedding_function, self._documents, progress=progress)
         migrate(client, self.embedding_function)
 
     @classmethod
@@ -140,6 +171,10 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         folder.mkdir(parents=True, exist_ok=True)
         lock = StoreLock.acquire(folder, lock_timeout)
         try:
+            scrub_pending(folder)  # what a crash left, before Chroma reads the folder
+            if has_clear_text(folder):  # written by an earlier version: sealed once
+                seal_clear_text(folder)
+            finish_rebuild(folder)
             client = chromadb.PersistentClient(path=str(folder), settings=_settings())
             return cls(client, embedding_function=embedding_function, lock=lock, **options)
         except BaseException:
@@ -156,11 +191,18 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
     ) -> MemoryStore:
         """A store on a Chroma server (`chroma run`): the way to share memory between processes.
 
+        Memory text is sealed when every client shares a key ring on this machine
+        (`keys`: the folder the server serves, as `cyrene studio` runs it): a forget
+        destroys the key there too. Otherwise the server is given the text in the clear,
+        and keeps a forgotten memory's text in its own files until it compacts them
+        (README "Memory").
+
         Args:
             host: the server's host.
             port: the server's port.
             embedding_function: as for `open`; every client of one server must use the same.
-            **options: `decay`, `min_relevance`, `clock`, `fusion`, `progress`.
+            **options: `decay`, `min_relevance`, `clock`, `fusion`, `progress`, and `keys`
+                (a folder for the shared key ring).
 
         Returns:
             The connected store (same API as `open`).
@@ -172,8 +214,10 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         return cls(client, embedding_function=embedding_function, **options)
 
     # -- lifecycle ---------------------------------------------------------
+    @exclusively
     def close(self) -> None:
-        """Release the search threads, cached collections, the client and the folder lock.
+        """Release the search threads, cached collections, the client and the folder lock,
+        once every call in flight has returned.
 
         Idempotent. Any later call on this store raises `MemoryStoreError`.
         """
@@ -182,13 +226,27 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         self._closed = True
         self._bucket_pool.shutdown(wait=True)
         self._collections.clear()
-        close = getattr(self.client, "close", None)  # Chroma clients gained close() in 1.x
-        if callable(close):
-            close()  # the last client of an embedded path stops Chroma's system for it
-        if self._eraser is not None:  # after Chroma: see memory.erasure on file locks
-            self._eraser.close()
+        _close(self.client)  # the last client of an embedded path stops Chroma's system for it
+        if self._keys is not None:
+            self._keys.close()
         if self._lock is not None:
             self._lock.release()
+
+    @property
+    def erases_text(self) -> bool:
+        """Whether a forget makes the text unreadable in every file of the store (sealed
+        text: embedded, or a server sharing this machine's key ring)."""
+        return self._keys is not None
+
+    def _erase(self, ids: builtins.list[str]) -> None:
+        """Make these deleted records' text unreadable for good: their keys are destroyed
+        (`memory.sealing`), and the ledger's log, where a plan once held the text, is
+        checkpointed away. A server given the text in the clear keeps it (logged once)."""
+        self._documents.forget(ids)
+        if self._folder is not None:
+            checkpoint_ledger(self._folder)
+        elif not self.erases_text and not _warned_clear_server:
+            _warn_clear_server()
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
@@ -207,6 +265,7 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
             return SqliteExtractionLedger(Path(settings.persist_directory) / LEDGER_FILE)
         return ChromaExtractionLedger(self.client)
 
+    @exclusively
     def reindex(self, *, everything: bool = False, progress: Progress | None = None) -> int:
         """Re-embed what another embedding wrote (every memory if `everything`), crash-safe.
 
@@ -225,7 +284,11 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         self._collections.clear()  # rebuilt collections are new objects
         self._missing.clear()
         return reembed_store(
-            self.client, self.embedding_function, everything=everything, progress=progress
+            self.client,
+            self.embedding_function,
+            self._documents,
+            everything=everything,
+            progress=progress,
         )
 
     # -- collections -------------------------------------------------------
@@ -270,11 +333,12 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
     def _find(self, item_id: str) -> tuple[Collection, Mapping[str, Any]] | None:
         for collection in self._stored():
             got = collection.get(ids=[item_id], include=["documents", "metadatas"])
-            if records(got):  # a memory, not an alias (`memory.aliases`)
+            if records(got, self._documents):  # a memory, not an alias (`memory.aliases`)
                 return collection, got
         return None
 
     # -- writes ------------------------------------------------------------
+    @gated
     def add(self, item: MemoryItem) -> str:
         """Store (or update) one memory.
 
@@ -290,6 +354,7 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         """
         return self.add_many([item])[0]
 
+    @gated
     def add_many(self, items: Iterable[MemoryItem]) -> builtins.list[str]:
         """Store memories, one upsert per bucket and batch; a repeat id is written once.
 
@@ -309,11 +374,10 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
             ValueError: a persona-scope item without `persona_id` (nothing is written).
             MemoryWriteError: some items could not be stored; every other one was.
         """
-        with self._gate.shared():
-            return self._write(items)
+        return self._write(items)
 
     def _write(self, items: Iterable[MemoryItem]) -> builtins.list[str]:
-        """`add_many`, for a caller that holds the gate (it is not reentrant)."""
+        """`add_many`'s write (lifecycle steps call it within their own hold of the gate)."""
         items = builtins.list(items)
         for item in items:
             if not isinstance(item, MemoryItem):
@@ -328,7 +392,8 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
             collection = self._collection(bucket, create=True)
             assert collection is not None  # create=True always yields one
             for start in range(0, len(group), _BATCH):
-                failed += upsert_each(collection, group[start : start + _BATCH])
+                chunk = group[start : start + _BATCH]
+                failed += upsert_each(collection, chunk, self._documents, self.embedding_function)
         if failed:
             self.failed_writes += len(failed)
             for item, exc in failed:
@@ -337,6 +402,7 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
             raise MemoryWriteError([i for i in unique if i not in bad], failed)
         return [item_key(item) for item in items]
 
+    @gated
     def prune_extractions(self, written: Mapping[str, Set[str]]) -> int:
         """Delete what an interrupted run of these background extractions stored and their
         latest run did not write again (`memory.protocols.PrunesExtractions`).
@@ -350,6 +416,7 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         return sum(prune(collection, written) for collection in self._stored())
 
     # -- reads -------------------------------------------------------------
+    @gated
     def get(self, item_id: str) -> MemoryItem | None:
         """One memory by id.
 
@@ -360,8 +427,9 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
             The memory, or None when there is none with that id.
         """
         found = self._find(item_id)
-        return records(found[1])[0] if found is not None else None
+        return records(found[1], self._documents)[0] if found is not None else None
 
+    @gated
     def list(
         self, *, scope: Scope | str | None = None, persona_id: str | None = None
     ) -> builtins.list[MemoryItem]:
@@ -379,9 +447,8 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         """
         scope = Scope(scope) if scope is not None else None
         items: builtins.list[MemoryItem] = []
-        with self._gate.shared():
-            for collection in self._stored():
-                items.extend(every_item(collection))
+        for collection in self._stored():
+            items.extend(every_item(collection, self._documents))
         items = [
             i
             for i in items

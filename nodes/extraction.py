@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -42,8 +42,10 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from memory.background import ExtractionJob
+from memory.extraction_ledger import Record, extraction_ledger_for
 from memory.items import Source
 from memory.planning import apply_changes, plan_extraction
+from memory.plans import planned_once
 from memory.transcript import last_human
 from nodes.env import SessionEnv, env_of
 from nodes.loop import Loop
@@ -54,6 +56,7 @@ from nodes.view.transcript import (
     annotations_of,
     is_hidden,
     said_in_restricted,
+    turn_number,
     turn_start,
 )
 
@@ -75,13 +78,25 @@ def extraction_key(thread_id: str | None, boundary: str) -> str:
 
 
 def extractable(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-    """What an extractor may read: no guard-hidden message, and no third party's words.
+    """What an extractor may read: no guard-hidden message, no third party's words, and no
+    reply to words said in a group or stranger session.
 
     A human message with a display name is someone other than the owner; an
     extractor that never sees it can never store it as the owner's or a
     persona's memory, whatever the extractor (a rule, a model) makes of the rest.
+    A reply in a restricted turn may repeat what a stranger said ("小明说主人欠他钱"),
+    so it goes with the words it answers.
     """
-    return [m for m in messages if readable(m)]
+    kept: list[BaseMessage] = []
+    answering_restricted = False
+    for message in messages:
+        if isinstance(message, HumanMessage):
+            answering_restricted = said_in_restricted(message)
+        elif answering_restricted:
+            continue  # the reply and tool results of a restricted turn
+        if readable(message):
+            kept.append(message)
+    return kept
 
 
 def readable(message: BaseMessage) -> bool:
@@ -158,8 +173,9 @@ def dead_turns(
 
 
 def extract_waiting(loop: Loop, config: RunnableConfig, values: dict[str, Any]) -> int:
-    """For a session whose run died just before this node (its checkpoint waits here): hand
-    the background what this node would have, the turn and any dead before it; how many.
+    """For a session whose run died just before this node (its checkpoint waits here): do
+    what this node would have for the turn and any dead before it (run an inline extractor,
+    or hand the background its jobs); how many turns.
 
     `graph.resume_extractions` calls it at start, so such a turn's memory is stored even if
     the session never speaks again. A turn without its opener's record (saved before
@@ -167,11 +183,20 @@ def extract_waiting(loop: Loop, config: RunnableConfig, values: dict[str, Any]) 
     """
     messages = values.get("messages", [])
     openers = turn_openers(messages, values.get("extracted_turn"))
-    if not openers or not getattr(loop.config.extractor, "background", False):
+    if not openers or loop.config.extractor is None or loop.config.memory is None:
         return 0
     last = SessionEnv(**annotations_of(messages[openers[-1]])[TURN_OPENED])
     turns = [*dead_turns(messages, openers), (messages, last)]
-    return len(extract_turns(loop, config, turns, backlog=True))
+    extracted = extract_turns(loop, config, turns, backlog=True, archived=archived_humans(values))
+    if getattr(loop.config.extractor, "background", False):
+        return len(extracted)
+    return sum(not env.restricted for _, env in turns)
+
+
+def archived_humans(values: Mapping[str, Any]) -> int:
+    """How many of the session's human messages the archive holds (before the window)."""
+    mark = values.get("archived")
+    return mark["humans"] if mark else 0
 
 
 def snapshot_until(messages: Sequence[BaseMessage], boundary: str) -> list[BaseMessage] | None:
@@ -191,6 +216,8 @@ def job_for(loop: Loop, entry: PendingExtraction, snapshot: Sequence[BaseMessage
     )
     return ExtractionJob(
         key=entry["key"],
+        session=entry.get("thread"),
+        order=entry.get("order", 0),
         extract=partial(
             plan_extraction,
             extractor,
@@ -236,9 +263,15 @@ def extract_turn(
     config: RunnableConfig,
     messages: Sequence[BaseMessage],
     backlog: bool = False,
+    archived: int = 0,
 ) -> list[PendingExtraction]:
     """Extract the turn `messages` end with, as `env` ran it: inline, or handed to the
-    background (`backlog`: even over the queue's capacity) and returned as pending."""
+    background (`backlog`: even over the queue's capacity) and returned as pending.
+
+    Either way exactly once: a background job through the pipeline, an inline one by
+    its plan, recorded in the store's ledger before it is applied (`planned_once`).
+    `archived` counts the session's human messages before the window (turn order).
+    """
     extractor, store = loop.config.extractor, loop.config.memory
     assert extractor is not None and store is not None
     human = last_human(messages)
@@ -249,20 +282,27 @@ def extract_turn(
     snapshot = extractable(messages)
     persona_id = loop.persona_for(env)
     source = Source(session_id=loop.session_id(env, config), message_id=loop.turn_id(env, messages))
+    boundary = str(snapshot[-1].id)
+    entry = PendingExtraction(
+        key=extraction_key(thread_id(config), boundary),
+        boundary=boundary,
+        session_id=source.session_id,
+        message_id=source.message_id,
+        persona_id=persona_id,
+        thread=thread_id(config),
+        order=archived + turn_number(messages),
+    )
     if getattr(extractor, "background", False):
-        boundary = str(snapshot[-1].id)
-        entry = PendingExtraction(
-            key=extraction_key(thread_id(config), boundary),
-            boundary=boundary,
-            session_id=source.session_id,
-            message_id=source.message_id,
-            persona_id=persona_id,
-        )
         loop.jobs.submit(job_for(loop, entry, snapshot), backlog)
         return [entry]
+    plan = partial(
+        plan_extraction, extractor, snapshot, store, persona_id=persona_id, source=source
+    )
     try:
-        changes = plan_extraction(extractor, snapshot, store, persona_id=persona_id, source=source)
-        apply_changes(store, changes)
+        ledger = extraction_ledger_for(store)
+        if (changes := planned_once(ledger, entry["key"], plan)) is not None:
+            apply_changes(store, changes)
+            ledger.write({entry["key"]: Record("done", 1)})  # and its plan (text) goes
     except Exception:
         log.exception("memory extraction failed; the turn goes on")
     return []
@@ -273,6 +313,7 @@ def extract_turns(
     config: RunnableConfig,
     turns: Sequence[tuple[Sequence[BaseMessage], SessionEnv]],
     backlog: bool = False,
+    archived: int = 0,
 ) -> list[PendingExtraction]:
     """`extract_turn` for each (transcript up to the turn's end, its env); a group or
     stranger turn never."""
@@ -280,7 +321,7 @@ def extract_turns(
         entry
         for turn, env in turns
         if not env.restricted
-        for entry in extract_turn(loop, env, config, turn, backlog)
+        for entry in extract_turn(loop, env, config, turn, backlog, archived)
     ]
 
 
@@ -302,7 +343,8 @@ def make_extract_memory(loop: Loop):
             return update
         carried = state.get("pending_extractions", [])
         pending = resubmit(loop, carried, messages)
-        pending += extract_turns(loop, config, [*dead_turns(messages, openers), (messages, env)])
+        turns = [*dead_turns(messages, openers), (messages, env)]
+        pending += extract_turns(loop, config, turns, archived=archived_humans(state))
         if pending != carried:
             update[PENDING] = pending
         return update

@@ -98,6 +98,10 @@ class PendingExtraction(TypedDict):
     """Provenance stamped on the memories: the turn's inbound message."""
     persona_id: str | None
     """The persona that produced the turn (persona-scope memories go there)."""
+    thread: NotRequired[str | None]
+    """The session (thread) it belongs to: a session's extractions run in turn order."""
+    order: NotRequired[int]
+    """The turn's number in its session (entries saved before orders were kept: 0)."""
 
 
 class TokenUsage(TypedDict):

@@ -153,6 +153,12 @@ def _export(store: MemoryStore, args: argparse.Namespace) -> int:
 
 def _forget(store: MemoryStore, args: argparse.Namespace) -> int:
     if store.forget(args.id):
+        if not store.erases_text:
+            print(
+                "cyrene: forgotten; this Chroma server holds memory text in the clear and keeps "
+                'it in its own files until it compacts them (README "Memory")',
+                file=sys.stderr,
+            )
         return EXIT_OK
     print(f"cyrene: no memory with id {args.id!r}", file=sys.stderr)
     return EXIT_NOT_FOUND

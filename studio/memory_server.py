@@ -100,7 +100,9 @@ def open_store(data: Path, address: str | None = None, **options: Any) -> Memory
     server = memory_server(data, address)
     if server is None:
         return MemoryStore.open(data / "memory", **options)
-    return MemoryStore.connect(server.host, server.port, **options)
+    # The server `cyrene studio` runs serves this folder: its clients share the key ring.
+    keys = data / "memory" if server.pid is not None else None
+    return MemoryStore.connect(server.host, server.port, keys=keys, **options)
 
 
 def chroma_binary() -> str:

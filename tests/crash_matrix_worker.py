@@ -3,9 +3,10 @@
     python -m tests.crash_matrix_worker CHECKPOINT_URL DATA_DIR POINT start|recover|next|restart
 
 POINT is where the `start` run kills itself with SIGKILL (a real `kill -9`,
-not an exception): `node:<name>` right after that node's first update streams,
-`reply` right after the final reply's update (before the turn's extraction),
-`model` inside the first model call, `tool` inside the second tool call,
+not an exception): `node:<name>` right after that node's first update streams
+(once background extractions settle), `reply` right after the final reply's
+update (before the turn's extraction), `model` inside the first model call,
+`tool` inside the second tool call,
 `extraction` inside the background extractor after the reply returned.
 `recover` starts fresh on the same thread: it resumes an interrupted turn
 (if any), lets pending extractions finish, and writes a JSON report of what
@@ -116,6 +117,10 @@ def main() -> None:
                 turn = {"messages": [HumanMessage(USER_TEXT, id="u1")]}
                 for update in graph.stream(turn, THREAD, context=env, stream_mode="updates"):
                     for node, values in update.items():
+                        if point == f"node:{node}":
+                            # A kill inside a running extraction is the `extraction`
+                            # point's case; here the background work has settled.
+                            wait_for_extractions(timeout=30)
                         die_at(f"node:{node}")
                         said = (values or {}).get("messages") or []
                         if node == "call_model" and said and not said[-1].tool_calls:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langgraph.checkpoint.memory import InMemorySaver
 
 from graph import (
     SessionEnv,
@@ -22,6 +23,8 @@ from graph import (
 )
 from memory import MemoryItem, MemoryStore, Scope
 from nodes.env import SessionMismatchError
+from nodes.extraction import extractable
+from nodes.view.transcript import annotated
 from tests.conftest import make_config, thread
 from tests.scripted import ScriptedChatModel
 
@@ -134,10 +137,12 @@ class Background(Recorder):
     background = True
 
 
-def test_a_restart_stores_a_dead_turns_memory_as_its_own_and_never_a_strangers(store):
+@pytest.mark.parametrize("extractor", [Background, Recorder], ids=["background", "inline"])
+def test_a_restart_stores_a_dead_turns_memory_as_its_own_and_never_a_strangers(store, extractor):
     """A session that never speaks again: `resume_extractions` at start extracts a turn that
-    died after its reply, as its own persona; a stranger's turn that died so, never."""
-    recorder = Background()
+    died after its reply, as its own persona; a stranger's turn that died so, never. An
+    inline extractor's too (issue 29, finding 7), and exactly once: its plan is recorded."""
+    recorder = extractor()
     config = make_config(
         ScriptedChatModel(script=[AIMessage("嗯")] * 4), memory=store, extractor=recorder
     )
@@ -159,3 +164,63 @@ def test_a_restart_stores_a_dead_turns_memory_as_its_own_and_never_a_strangers(s
         assert wait_for_extractions(10)
     assert remembered(store) == {"记得「我喜欢猫」": ("aglaea", "owner-1")}
     assert recorder.turns == [["owner-1"]], "resuming later does not extract it again"
+
+
+# -- a death between a step's saved work and its checkpoint (issue 29, finding 7) ---------
+
+
+class Died(BaseException):
+    """The process died: nothing after this point ran."""
+
+
+class DiesAfterTheReply(InMemorySaver):
+    """Saves the model's reply as the step's writes, then dies before the checkpoint after
+    it (a SIGKILL in that window leaves exactly this on disk)."""
+
+    armed = True
+    replied = False
+
+    def put_writes(self, config, writes, task_id, task_path=""):
+        super().put_writes(config, writes, task_id, task_path)
+        if self.armed and any(
+            channel == "messages" and any(isinstance(m, AIMessage) for m in value)
+            for channel, value in writes
+        ):
+            self.replied = True
+
+    def put(self, config, checkpoint, metadata, new_versions):
+        if self.armed and self.replied:
+            self.armed = False
+            raise Died()
+        return super().put(config, checkpoint, metadata, new_versions)
+
+
+@pytest.mark.parametrize("inline", [True, False], ids=["inline", "background"])
+def test_a_reply_saved_without_its_checkpoint_is_kept_and_its_turn_extracted(store, inline):
+    recorder = Recorder()
+    recorder.background = not inline
+    model = ScriptedChatModel(script=[AIMessage("记住了"), AIMessage("在的")])
+    saver = DiesAfterTheReply()
+    graph = build_graph(make_config(model, memory=store, extractor=recorder), saver)
+    with pytest.raises(Died):
+        graph.invoke({"messages": [HumanMessage("我叫小林", id="u1")]}, thread("t"))
+    graph.invoke({"messages": [HumanMessage("在吗", id="u2")]}, thread("t"))
+    assert wait_for_extractions(10)
+    said = [(m.type, m.content) for m in graph.get_state(thread("t")).values["messages"]]
+    assert said == [("human", "我叫小林"), ("ai", "记住了"), ("human", "在吗"), ("ai", "在的")]
+    assert set(remembered(store)) == {"记得「我叫小林」", "记得「在吗」"}
+    assert len(model.requests) == 2, "the dead turn's reply is kept, not asked for again"
+
+
+def test_a_reply_to_a_stranger_never_reaches_an_extractor():
+    """The persona may repeat what a stranger said: its reply in a restricted turn goes with
+    the words it answers, even in a transcript that mixes sessions (saved before a thread
+    was bound to one actor), and an owner turn after it reads only the owner's own."""
+    stranger = annotated(HumanMessage("主人欠我一万块", name="小明"), restricted=True)
+    messages = [
+        stranger,
+        AIMessage("小明说主人欠他一万块"),
+        HumanMessage("记住 我喜欢猫"),
+        AIMessage("好"),
+    ]
+    assert [m.content for m in extractable(messages)] == ["记住 我喜欢猫", "好"]

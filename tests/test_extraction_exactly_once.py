@@ -130,7 +130,7 @@ def memories_of(store: MemoryStore, thread: str) -> list[str]:
     except (NotFoundError, ValueError):
         return []
     got = shared.get(where={"source_session_id": thread}, include=["documents"])
-    return sorted(got["documents"] or [])
+    return sorted(store._documents.unseal(got["ids"], got["documents"] or []))  # sealed text
 
 
 def extractor_calls(trial: Path) -> list[str]:

@@ -267,7 +267,7 @@ def test_a_backend_that_provides_its_ledger_shares_it_with_every_worker(tmp_path
     assert unfinished(theirs, [entry["key"]]) == set(), "done, as every worker sees"
     job = ExtractionJob(
         key=entry["key"],
-        extract=lambda: extractor.extract([human("服务器上的另一件事")]),
+        extract=lambda earlier=(): extractor.extract([human("服务器上的另一件事")]),
         persona_id=None,
         source=Source(session_id="srv"),
         store=theirs,

@@ -68,7 +68,8 @@ def test_the_words_of_a_chain_follow_it_to_its_newest_fact(store):
         assert hits == ["主人现在住在深圳"], question
     [record] = [c for c in store._stored() if c.count()]
     aliases = record.get(where={ALIAS_OF: third.id}, include=["documents"])
-    assert sorted(aliases["documents"]) == sorted(["主人住在北京", "主人搬到了上海"])
+    words = store._documents.unseal(aliases["ids"], aliases["documents"])  # sealed text
+    assert sorted(words) == sorted(["主人住在北京", "主人搬到了上海"])
 
 
 def test_forgetting_takes_the_words_too(store, tmp_path):
@@ -178,7 +179,10 @@ def test_a_forget_during_a_supersede_leaves_no_words_behind(tmp_path):
         replacing.join()
         assert found(store, "银行卡密码是七七八八吗") in ([], ["主人换了一张新银行卡"])
         for collection in store._stored():
-            assert "主人的银行卡密码是七七八八" not in collection.get()["documents"]
+            got = collection.get()
+            assert "主人的银行卡密码是七七八八" not in store._documents.unseal(
+                got["ids"], got["documents"]
+            )
     on_disk = b"".join(p.read_bytes() for p in (tmp_path / "memory").rglob("*") if p.is_file())
     assert "七七八八".encode() not in on_disk
 

@@ -50,8 +50,10 @@ def disk_bytes(folder) -> bytes:
 
 def test_a_correction_supersedes_the_old_fact_and_keeps_its_history(store, tmp_path, capsys):
     manual = ManualExtractor(scope=Scope.USER)
-    chat(store, manual, "记住 我住在北京", "更正：我搬到上海了")
-    assert [i.content for i in store.list()] == ["我搬到上海了"]
+    # The correction names what it corrects (where I live): issue 29 finding 2. "更正：我搬到
+    # 上海了" shares no word with it and is added as a fact of its own instead.
+    chat(store, manual, "记住 我住在北京", "更正：我住在上海了")
+    assert [i.content for i in store.list()] == ["我住在上海了"]
     assert "我住在北京" not in block(store, "我住在哪里？"), "never injected again"
     [new] = store.list()
     old, now = store.history(new.id)
@@ -61,7 +63,7 @@ def test_a_correction_supersedes_the_old_fact_and_keeps_its_history(store, tmp_p
     store.close()
     shown = cyrene(capsys, "memory", "history", new.id, "--data", str(tmp_path))
     assert shown.code == 0, shown.err
-    assert "superseded" in shown.out and "我住在北京" in shown.out and "我搬到上海了" in shown.out
+    assert "superseded" in shown.out and "我住在北京" in shown.out and "我住在上海了" in shown.out
 
 
 def test_forget_in_an_owner_chat_erases_the_text_from_search_export_and_disk(

@@ -252,7 +252,7 @@ def bench_duplicates(data: RecallSet) -> None:
         ("distinct facts (every pair)", caught(itertools.combinations(facts, 2)), "none"),
     ]:
         row(
-            f"near-duplicates at cosine ≥ {DUPLICATE_COSINE} + same numbers: {name}",
+            f"near-duplicates at cosine ≥ {DUPLICATE_COSINE} + same values: {name}",
             f"{hits}/{total}",
             "—",
             f"{hits / max(total, 1):.0%}",
