@@ -65,7 +65,9 @@ class Plain:
         return list(texts)
 
     def unseal(self, ids: Sequence[str], documents: Sequence[str | None]) -> list[str | None]:
-        return list(documents)
+        # A document sealed by a process with the folder's key ring cannot be read here:
+        # it is no text (never its ciphertext shown as a memory).
+        return [None if d and d.startswith(SEALED) else d for d in documents]
 
     def forget(self, ids: Sequence[str]) -> None:
         """Nothing to destroy: the server deletes the records (see README "Memory")."""

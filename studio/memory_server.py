@@ -84,7 +84,13 @@ def recorded_server(data: Path) -> MemoryServer | None:
 def memory_server(data: Path, address: str | None) -> MemoryServer | None:
     """Where `data`'s memories are served: `address` when given, else what `cyrene studio`
     recorded for the folder, else None (the embedded store under `data/memory`)."""
-    return parse_address(address) if address else recorded_server(data)
+    recorded = recorded_server(data)
+    if not address:
+        return recorded
+    given = parse_address(address)
+    # The address of the folder's own server (Studio hands it to its graph) is that server,
+    # key ring and all: its clients must open what the CLI sealed, and the reverse.
+    return recorded if recorded is not None and recorded.address == given.address else given
 
 
 def open_store(data: Path, address: str | None = None, **options: Any) -> MemoryStore:

@@ -223,6 +223,34 @@ def test_a_forget_through_the_server_cyrene_studio_runs_leaves_no_text(tmp_path,
 
 @pytest.mark.slow
 @pytest.mark.services
+def test_the_folders_server_named_by_address_reads_what_the_ring_sealed(tmp_path):
+    """Studio hands its graph the server's address (`$CYRENE_MEMORY_SERVER`): that is the
+    folder's own server, so the graph opens what the CLI sealed. A client without the
+    folder's key ring gets no text for a sealed memory, never its ciphertext."""
+    from studio.memory_server import open_store, start_server, stop_server
+
+    data = tmp_path / "data"
+    (data / "memory").mkdir(parents=True)
+    process, server = start_server(data)
+    try:
+        with open_store(data, embedding_function=HashingEmbedding()) as store:
+            store.add(MemoryItem(content="主人的猫叫团子", scope=Scope.USER))
+        with open_store(data, server.address, embedding_function=HashingEmbedding()) as store:
+            assert [r.item.content for r in store.search("猫叫什么", k=3)][:1] == ["主人的猫叫团子"]
+        foreign = MemoryStore.connect(port=server.port, embedding_function=HashingEmbedding())
+        try:
+            seen = [m.content for m in foreign.list()] + [
+                r.item.content for r in foreign.search("猫叫什么", k=3)
+            ]
+            assert not any("cyrene:sealed" in text for text in seen), seen
+        finally:
+            foreign.close()
+    finally:
+        stop_server(data, process)
+
+
+@pytest.mark.slow
+@pytest.mark.services
 def test_a_forget_on_a_foreign_server_says_what_it_leaves(tmp_path, capsys):
     from tests.cli_support import cyrene
 
