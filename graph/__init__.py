@@ -1,12 +1,12 @@
 """Cyrene's agent loop as a LangGraph graph: the public API (DESIGN §7).
 
-Every name is imported on first use (`memory.lazy`), so a reader of one
+Every name is imported on first use (`nodes.kernel.lazy`), so a reader of one
 submodule (`cyrene history`) does not load the whole loop.
 """
 
 from typing import TYPE_CHECKING
 
-from memory.lazy import lazy_exports
+from nodes.kernel.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from graph.builder import build_graph as build_graph
@@ -22,89 +22,101 @@ if TYPE_CHECKING:
     from graph.storage.checkpoint import open_checkpointer as open_checkpointer
     from graph.storage.retention import PruneReport as PruneReport
     from graph.storage.retention import prune_checkpoints as prune_checkpoints
-    from memory.background import JobStats as JobStats
-    from memory.background import extraction_stats as extraction_stats
-    from memory.background import wait_for_extractions as wait_for_extractions
-    from nodes.boundary import Trusted as Trusted
-    from nodes.config import LoopConfig as LoopConfig
-    from nodes.config import Persona as Persona
-    from nodes.env import SessionEnv as SessionEnv
-    from nodes.policies.base import ModelRequest as ModelRequest
-    from nodes.policies.base import Reply as Reply
-    from nodes.policies.base import Round as Round
-    from nodes.policies.base import RoundPolicy as RoundPolicy
-    from nodes.policies.capacity import CapacityEvent as CapacityEvent
-    from nodes.policies.capacity import CapacityPolicy as CapacityPolicy
-    from nodes.policies.capacity import Tier as Tier
-    from nodes.policies.guards import Guard as Guard
-    from nodes.policies.guards import KeywordGuard as KeywordGuard
-    from nodes.policies.reply_judges import LLMReplyJudge as LLMReplyJudge
-    from nodes.policies.reply_judges import ReplyScorer as ReplyScorer
-    from nodes.policies.tool_calls import AuditEvent as AuditEvent
-    from nodes.policies.tool_calls import ToolHooks as ToolHooks
-    from nodes.protocols import Hearing as Hearing
-    from nodes.protocols import ReplyJudge as ReplyJudge
-    from nodes.protocols import ReplyVerdict as ReplyVerdict
-    from nodes.state import LoopState as LoopState
-    from nodes.state import TurnInput as TurnInput
+    from nodes.boundary.admission import Trusted as Trusted
+    from nodes.capacity.policy import CapacityEvent as CapacityEvent
+    from nodes.capacity.policy import CapacityPolicy as CapacityPolicy
+    from nodes.capacity.policy import Tier as Tier
+    from nodes.core.config import LoopConfig as LoopConfig
+    from nodes.core.config import Persona as Persona
+    from nodes.core.env import SessionEnv as SessionEnv
+    from nodes.core.policy import ModelRequest as ModelRequest
+    from nodes.core.policy import Reply as Reply
+    from nodes.core.policy import Round as Round
+    from nodes.core.policy import RoundPolicy as RoundPolicy
+    from nodes.core.protocols import Hearing as Hearing
+    from nodes.core.protocols import ReplyJudge as ReplyJudge
+    from nodes.core.protocols import ReplyVerdict as ReplyVerdict
+    from nodes.core.state import LoopState as LoopState
+    from nodes.core.state import TurnInput as TurnInput
+    from nodes.extraction.background import JobStats as JobStats
+    from nodes.extraction.background import extraction_stats as extraction_stats
+    from nodes.extraction.background import wait_for_extractions as wait_for_extractions
+    from nodes.extraction.extractors import LLMExtractor as LLMExtractor
+    from nodes.extraction.extractors import ManualExtractor as ManualExtractor
+    from nodes.extraction.ledger import ExtractionLedger as ExtractionLedger
+    from nodes.extraction.ledger import ProvidesExtractionLedger as ProvidesExtractionLedger
+    from nodes.guards.policy import Guard as Guard
+    from nodes.guards.policy import KeywordGuard as KeywordGuard
+    from nodes.presence.judges import LLMReplyJudge as LLMReplyJudge
+    from nodes.presence.judges import ReplyScorer as ReplyScorer
+    from nodes.tools.hooks import AuditEvent as AuditEvent
+    from nodes.tools.hooks import ToolHooks as ToolHooks
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "AuditEvent": "nodes.policies.tool_calls",
-        "CapacityEvent": "nodes.policies.capacity",
-        "CapacityPolicy": "nodes.policies.capacity",
+        "AuditEvent": "nodes.tools.hooks",
+        "CapacityEvent": "nodes.capacity.policy",
+        "CapacityPolicy": "nodes.capacity.policy",
         "GracefulStop": "graph.shutdown",
-        "Guard": "nodes.policies.guards",
-        "Hearing": "nodes.protocols",
-        "JobStats": "memory.background",
-        "KeywordGuard": "nodes.policies.guards",
-        "LLMReplyJudge": "nodes.policies.reply_judges",
-        "LoopConfig": "nodes.config",
-        "LoopState": "nodes.state",
-        "ModelRequest": "nodes.policies.base",
-        "Persona": "nodes.config",
+        "Guard": "nodes.guards.policy",
+        "Hearing": "nodes.core.protocols",
+        "JobStats": "nodes.extraction.background",
+        "LLMExtractor": "nodes.extraction.extractors",
+        "ManualExtractor": "nodes.extraction.extractors",
+        "ExtractionLedger": "nodes.extraction.ledger",
+        "ProvidesExtractionLedger": "nodes.extraction.ledger",
+        "KeywordGuard": "nodes.guards.policy",
+        "LLMReplyJudge": "nodes.presence.judges",
+        "LoopConfig": "nodes.core.config",
+        "LoopState": "nodes.core.state",
+        "ModelRequest": "nodes.core.policy",
+        "Persona": "nodes.core.config",
         "PruneReport": "graph.storage.retention",
-        "Reply": "nodes.policies.base",
-        "ReplyJudge": "nodes.protocols",
-        "ReplyScorer": "nodes.policies.reply_judges",
-        "ReplyVerdict": "nodes.protocols",
-        "Round": "nodes.policies.base",
-        "RoundPolicy": "nodes.policies.base",
+        "Reply": "nodes.core.policy",
+        "ReplyJudge": "nodes.core.protocols",
+        "ReplyScorer": "nodes.presence.judges",
+        "ReplyVerdict": "nodes.core.protocols",
+        "Round": "nodes.core.policy",
+        "RoundPolicy": "nodes.core.policy",
         "SessionBusyError": "graph.sessions",
-        "SessionEnv": "nodes.env",
+        "SessionEnv": "nodes.core.env",
         "SessionReentryError": "graph.sessions",
         "SessionWaitTimeout": "graph.sessions",
         "StopRequested": "graph.shutdown",
-        "Tier": "nodes.policies.capacity",
-        "ToolHooks": "nodes.policies.tool_calls",
-        "Trusted": "nodes.boundary",
-        "TurnInput": "nodes.state",
+        "Tier": "nodes.capacity.policy",
+        "ToolHooks": "nodes.tools.hooks",
+        "Trusted": "nodes.boundary.admission",
+        "TurnInput": "nodes.core.state",
         "aresume_extractions": "graph.extractions",
         "arun_turn": "graph.shutdown",
         "build_graph": "graph.builder",
-        "extraction_stats": "memory.background",
+        "extraction_stats": "nodes.extraction.background",
         "open_checkpointer": "graph.storage.checkpoint",
         "prune_checkpoints": "graph.storage.retention",
         "resume_extractions": "graph.extractions",
         "run_turn": "graph.shutdown",
-        "wait_for_extractions": "memory.background",
+        "wait_for_extractions": "nodes.extraction.background",
     },
 )
 __all__ = [
     "AuditEvent",
     "CapacityEvent",
     "CapacityPolicy",
+    "ExtractionLedger",
     "GracefulStop",
     "Guard",
     "Hearing",
     "JobStats",
     "KeywordGuard",
+    "LLMExtractor",
     "LLMReplyJudge",
     "LoopConfig",
     "LoopState",
+    "ManualExtractor",
     "ModelRequest",
     "Persona",
+    "ProvidesExtractionLedger",
     "PruneReport",
     "Reply",
     "ReplyJudge",

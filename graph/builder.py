@@ -12,7 +12,7 @@ START → resolve_vision → compact → assemble_context → call_model
 
 With `LoopConfig.group_reply` other than "always", a group turn starts at
 `call_model`, whose first policy decides whether to answer
-(`nodes.policies.presence`): a quiet turn ends there (no reply, so no turn-end
+(`nodes.presence.policy`): a quiet turn ends there (no reply, so no turn-end
 hook either: a quiet message costs a fraction of an answered turn), an answered
 one goes back to the turn's first stage and then to the model.
 
@@ -36,20 +36,20 @@ from langgraph.types import Send
 
 from graph.runs import CyreneGraph
 from graph.storage.archive import archive_for
-from nodes.compact import make_compact
-from nodes.compat import RunnableCallable, reclass_compiled
-from nodes.config import LoopConfig
-from nodes.context import make_assemble_context
-from nodes.env import SessionEnv, env_of
-from nodes.extraction import make_extract_memory
-from nodes.loop import Loop
-from nodes.model_call import make_call_model
-from nodes.policies.presence import after_decision
-from nodes.state import LoopState, RunInput
-from nodes.tools import make_dispatch_tools
-from nodes.turn_end import make_finish_turn
-from nodes.view.transcript import needs_another_round, pending_tool_calls
-from nodes.vision import make_resolve_vision
+from nodes.compaction.node import make_compact
+from nodes.context.node import make_assemble_context
+from nodes.core.config import LoopConfig
+from nodes.core.env import SessionEnv, env_of
+from nodes.core.loop import Loop
+from nodes.core.state import LoopState, RunInput
+from nodes.extraction.node import make_extract_memory
+from nodes.kernel.compat import RunnableCallable, reclass_compiled
+from nodes.kernel.transcript import needs_another_round, pending_tool_calls
+from nodes.loop.model_call import make_call_model
+from nodes.presence.policy import after_decision
+from nodes.tools.node import make_dispatch_tools
+from nodes.turn_end.node import make_finish_turn
+from nodes.vision.node import make_resolve_vision
 
 VISION, COMPACT, ASSEMBLE, CALL, DISPATCH, EXTRACT, FINISH = (
     "resolve_vision",

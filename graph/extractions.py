@@ -1,13 +1,13 @@
 """`resume_extractions`: run again the background extractions a stopped process left pending.
 
 Every turn records its background extraction in the session's checkpoint
-before it returns (`nodes.extraction`), and the memory store's ledger records
-each one that finished (`memory.extraction_ledger`). A session's next turn re-submits
+before it returns (`nodes.extraction.node`), and the memory store's ledger records
+each one that finished (`nodes.extraction.ledger`). A session's next turn re-submits
 what its checkpoint still lists; this call does the same for every session at
 once, so a fact said just before a crash is stored even if that session never
 speaks again. A session whose run died after its reply and before
 `extract_memory` lists nothing yet; its checkpoint waits at that node, and this
-call submits what the node would have (`nodes.extraction.extract_waiting`).
+call submits what the node would have (`nodes.extraction.node.extract_waiting`).
 Call it when a process starts, before serving turns.
 
 Cost: one pass over `checkpointer.list(None)` (LangGraph has no "latest
@@ -28,13 +28,13 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
 from graph.builder import EXTRACT, build_graph
-from memory.background import unfinished
-from nodes.compat import waits_at
-from nodes.config import LoopConfig
-from nodes.extraction import PENDING, extract_waiting, resubmit
-from nodes.loop import Loop
-from nodes.run_config import configurable, thread_id
-from nodes.state import PendingExtraction
+from nodes.core.config import LoopConfig
+from nodes.core.loop import Loop
+from nodes.core.state import PendingExtraction
+from nodes.extraction.background import unfinished
+from nodes.extraction.node import PENDING, extract_waiting, resubmit
+from nodes.kernel.compat import waits_at
+from nodes.kernel.run_config import configurable, thread_id
 
 
 class LatestPending:

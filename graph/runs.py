@@ -2,7 +2,7 @@
 
 A run is admitted at the boundary before any node runs (an empty turn, or a
 resume with nothing to resume, is a plain `ValueError`), runs as what its
-thread and turn were opened as (`nodes.env.bound_env`: a resume of a group
+thread and turn were opened as (`nodes.core.env.bound_env`: a resume of a group
 turn is that group's, whatever context it brings), holds its session's
 lock for the length of the turn (`graph.sessions`: one turn at a time per
 thread, and `LoopConfig.busy_policy` for a message that arrives mid-turn),
@@ -49,22 +49,22 @@ from graph.sessions.gate import (
 )
 from graph.sessions.inbox import Answered, Claim
 from graph.storage.archive import archive_for, whole_transcript
-from memory.background import TURNS
-from nodes.boundary import admit, admit_state_update
-from nodes.compat import (
+from nodes.boundary.admission import admit, admit_state_update
+from nodes.core.config import BusyPolicy
+from nodes.core.env import PersonaOf, SessionEnv, bound_env
+from nodes.core.loop import TRACE_ACTOR, TRACE_SESSION, UNBOUND_ACTOR
+from nodes.core.protocols import TranscriptArchive
+from nodes.core.state import OPENED_AS, OpenedAs
+from nodes.extraction.background import TURNS
+from nodes.extraction.node import opened_turn, turn_env
+from nodes.kernel.compat import (
     CONFIG_KEY_DURABILITY,
     checkpointer_of,
     inside_parent_run,
     parent_context,
 )
-from nodes.config import BusyPolicy
-from nodes.env import PersonaOf, SessionEnv, bound_env
-from nodes.extraction import opened_turn, turn_env
-from nodes.loop import TRACE_ACTOR, TRACE_SESSION, UNBOUND_ACTOR
-from nodes.protocols import TranscriptArchive
-from nodes.run_config import configurable, thread_id
-from nodes.state import OPENED_AS, OpenedAs
-from nodes.view.images import MAX_IMAGE_BYTES
+from nodes.kernel.images import MAX_IMAGE_BYTES
+from nodes.kernel.run_config import configurable, thread_id
 
 log = logging.getLogger("cyrene.sessions")
 MESSAGES = "messages"
@@ -81,7 +81,7 @@ def final_reply(write: tuple[str, str, Any]) -> bool:
 
 
 TraceFacts = Callable[[SessionEnv, RunnableConfig | None], dict[str, Any]]
-"""What a trace of a run says about its session (`nodes.loop.Loop.trace_facts`)."""
+"""What a trace of a run says about its session (`nodes.core.loop.Loop.trace_facts`)."""
 ANSWERED = object()
 """A recovered message that is stored and whose turn is complete: nothing to run."""
 
@@ -216,7 +216,7 @@ class CyreneGraph(CompiledStateGraph):
 
     def _opening(self, input: Any, bound: Bound) -> Any:
         """A new turn's input, with the record a resume continues as and `extract_memory`
-        reads should its run die (`nodes.extraction.opened_turn`), and, where the thread's
+        reads should its run die (`nodes.extraction.node.opened_turn`), and, where the thread's
         latest checkpoint lacks it, what the thread is opened as (a `Command` carries that
         too); a resume as it is."""
         if isinstance(input, Command) and bound.opens_thread:
@@ -236,7 +236,7 @@ class CyreneGraph(CompiledStateGraph):
 
     def _bind(self, asked: Asked, config: RunnableConfig | None) -> Steps:
         """The run under what its thread (and, continuing a turn, that turn) was opened as
-        (`nodes.env.bound_env`), its input admitted again if that changes the rules."""
+        (`nodes.core.env.bound_env`), its input admitted again if that changes the rules."""
         saver = self._reader(config)
         if saver is None or thread_id(config) is None:  # nothing is kept: nothing to bind to
             return Bound(asked.context or SessionEnv(), asked.input, False)
@@ -296,7 +296,7 @@ class CyreneGraph(CompiledStateGraph):
         would drop the reply: never stored, its turn never extracted. So the dead turn is
         resumed first, as it was opened, quietly; what is left of it calls no model. A turn
         that died amid its tools is not resumed: the new message moves on, and its dangling
-        calls are closed (`nodes.reducers`)."""
+        calls are closed (`nodes.core.reducers`)."""
         latest = self._at(config, None)
         saved = yield Ask(self._saver.get_tuple, self._saver.aget_tuple, (latest,))
         if saved is None or not any(final_reply(w) for w in saved.pending_writes or ()):

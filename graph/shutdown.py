@@ -33,7 +33,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphDrained
 from langgraph.runtime import RunControl
 
-from memory.background import wait_for_extractions
+from nodes.extraction.background import wait_for_extractions
 
 SIGNAL_EXIT_BASE = 128  # the shell's convention: killed by signal N exits 128 + N
 DEFAULT_GRACE = 5.0

@@ -12,7 +12,7 @@ model `unknown` for a model without a provider package, and stores inputs as
 LangChain's serialised constructors.
 
 Every run carries its session's facts in its LangChain metadata
-(`nodes.loop.Loop.trace_facts`, and `cyrene_round` on each model call), which
+(`nodes.core.loop.Loop.trace_facts`, and `cyrene_round` on each model call), which
 the instrumentor writes as one JSON `metadata` attribute. `SessionSpans`, a
 span processor in front of the exporter, lifts them into attributes of their
 own (`cyrene.session_id`, `cyrene.actor`, `cyrene.persona`, `cyrene.round`)
@@ -40,8 +40,8 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Status
 
-from nodes.env import RESTRICTED_ACTORS
-from nodes.loop import TRACE_ACTOR, TRACE_PERSONA, TRACE_ROUND, TRACE_SESSION, UNBOUND_ACTOR
+from nodes.core.env import RESTRICTED_ACTORS
+from nodes.core.loop import TRACE_ACTOR, TRACE_PERSONA, TRACE_ROUND, TRACE_SESSION, UNBOUND_ACTOR
 
 HIDDEN_ACTORS = RESTRICTED_ACTORS | {UNBOUND_ACTOR}
 """Sessions whose spans keep no text: group and stranger chats, and edits to a thread no

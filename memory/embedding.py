@@ -13,7 +13,7 @@ function or opening a store costs nothing.
 unigrams and character trigrams into signed buckets: no model at all, but
 lexical, not semantic (a fact is found only when the question reuses its
 words). Both are registered Chroma embedding functions, so a collection
-records which one wrote it (`memory.reembed` compares that on open), and any
+records which one wrote it (`memory.storage.reembed` compares that on open), and any
 other Chroma embedding function works too.
 """
 

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from memory.errors import MemoryStoreError, MemoryWriteError
 from memory.items import MemoryItem, require_owner
 from memory.protocols import MemoryBackend
-from memory.text import clean_text
+from nodes.kernel.text import clean_text
 
 DEFAULT_BATCH = 500
 

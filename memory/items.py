@@ -3,7 +3,7 @@
 A `MemoryItem` is rejected when it is built wrong (empty content or kind,
 unknown scope), so nothing half-valid reaches the store. A persona-scope item
 may leave `persona_id` unset: extractors deliberately do not know the persona,
-and the loop stamps the turn's persona over it (`memory.policy.stamp`); the
+and the loop stamps the turn's persona over it (`memory.lifecycle.policy.stamp`); the
 store refuses an item that is still unowned (`require_owner`).
 
 Its id is derived from what it says and where it lives, which makes re-adding
@@ -33,7 +33,7 @@ from pydantic import (
     model_validator,
 )
 
-from memory.text import clean_text
+from nodes.kernel.text import clean_text
 
 UNOWNED_PERSONA_BUCKET = "persona"
 """The bucket key of a persona item that has no persona yet: never a collection."""
@@ -69,7 +69,7 @@ class Source(BaseModel):
 
 
 RESERVED_ID_PREFIX = "alias:"
-"""Ids the store keeps for the words a superseded memory leaves behind (`memory.aliases`)."""
+"""Ids the store keeps for the words a superseded memory leaves behind (`memory.retrieval.aliases`)."""
 
 
 class MemoryItem(BaseModel):

@@ -1,7 +1,7 @@
 """The memory plug-in points as `Protocol`s: bring your own, no base class needed.
 
-`MemoryStore` is one `MemoryBackend` (and `ProvidesExtractionLedger`);
-`ManualExtractor` and `LLMExtractor` are `Extractor`s that also `ExtractsOperations`. Both protocols are runtime-checkable, so a config can refuse an
+`MemoryStore` is one `MemoryBackend`; the loop's `ManualExtractor` and
+`LLMExtractor` are `Extractor`s that also `ExtractsOperations`. The protocols are runtime-checkable, so a config can refuse an
 object that lacks the members (isinstance checks presence, not signatures;
 the type checker checks those).
 """
@@ -13,21 +13,20 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from langchain_core.messages import BaseMessage
 
-from memory.extraction_ledger import ExtractionLedger
 from memory.items import MemoryItem
-from memory.ranking import SearchResult
+from memory.retrieval.ranking import SearchResult
 
 if TYPE_CHECKING:
-    from memory.operations import Change, Operation, Recalled
+    from memory.lifecycle.operations import Change, Operation, Recalled
 
 
 @runtime_checkable
 class MemoryBackend(Protocol):
     """Where the loop reads memories before each model call and writes extracted ones.
 
-    A backend may also provide its extraction ledger (`ProvidesExtractionLedger`):
-    one on a server, shared by every worker, keeps background extraction
-    exactly once across processes.
+    A backend may also provide its extraction ledger
+    (`nodes.extraction.ledger.ProvidesExtractionLedger`): one on a server, shared
+    by every worker, keeps background extraction exactly once across processes.
     """
 
     def search(
@@ -42,27 +41,11 @@ class MemoryBackend(Protocol):
 
 
 @runtime_checkable
-class ProvidesExtractionLedger(Protocol):
-    """The optional part of a `MemoryBackend`: where its background extractions are recorded.
-
-    The pipeline asks once per backend object and keeps the answer. Put the
-    ledger where the memories are (a table or collection beside them), so
-    every process that writes this backend's memories sees which extractions
-    are done. A backend without this method gets a ledger of this process
-    only (`memory.extraction_ledger.ProcessExtractionLedger`; logged once).
-    """
-
-    def extraction_ledger(self) -> ExtractionLedger:
-        """The ledger that records this backend's background extractions."""
-        ...
-
-
-@runtime_checkable
 class FindsNeighbours(Protocol):
     """The optional part of a `MemoryBackend` that lets the loop drop near-duplicates.
 
     Before a new fact is stored, the loop compares it with its nearest
-    readable memories (`memory.duplicates`). A backend without this method
+    readable memories (`memory.lifecycle.duplicates`). A backend without this method
     stores every fact it is given.
     """
 
@@ -84,7 +67,7 @@ class RanksByRelevance(Protocol):
     """The optional part of a `MemoryBackend` that ranks by relevance alone.
 
     An extractor is shown the memories most relevant to the latest message
-    (`memory.planning.recall`), whatever their age: the fact a new one replaces
+    (`nodes.extraction.planning.recall`), whatever their age: the fact a new one replaces
     is usually old, and a ranking that discounts age puts fresh, loosely related
     notes above it. A backend without this method is asked `search` for three
     times as many and they are re-ranked by relevance.
@@ -137,9 +120,9 @@ class ExtractsOperations(Protocol):
     """The optional part of an `Extractor` that may change what is already remembered.
 
     The loop shows it the readable memories most similar to the conversation
-    (the turn's reader's scopes only, at most `memory.planning.RECALL_LIMIT`),
+    (the turn's reader's scopes only, at most `nodes.extraction.planning.RECALL_LIMIT`),
     numbered 1..N; it answers with operations on those handles
-    (`memory.operations`): add, supersede N, forget N, or none. An extractor
+    (`memory.lifecycle.operations`): add, supersede N, forget N, or none. An extractor
     without this method is asked `extract(messages)` and its items are added.
     """
 
@@ -161,5 +144,5 @@ class AppliesChanges(Protocol):
     """
 
     def apply(self, changes: Sequence[Change]) -> None:
-        """Apply resolved changes (`memory.operations.Change`), in order."""
+        """Apply resolved changes (`memory.lifecycle.operations.Change`), in order."""
         ...

@@ -4,7 +4,7 @@ One collection per scope bucket — `persona_<id>`, `user`, `project` — instea
 of one collection filtered by `$or`: measured ~10× faster at 20k items, and
 isolation becomes structural, because a restricted read never opens a persona
 collection and persona P's read never opens persona Q's. Bucket names map to
-collection names injectively (`memory.layout`), and search checks each hit's
+collection names injectively (`memory.storage.layout`), and search checks each hit's
 stored persona as a second guard.
 
     with MemoryStore.open("./.cyrene/memory") as store:      # embedded, one process
@@ -29,32 +29,26 @@ from chromadb.api.models.Collection import Collection
 from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
-from memory.clear_text import finish_rebuild, has_clear_text, seal_clear_text
 from memory.embedding import MultilingualEmbedding
-from memory.erasure import (
+from memory.errors import MemoryStoreError, MemoryWriteError
+from memory.items import MemoryItem, Scope, require_owner
+from memory.lifecycle.changes import Lifecycle
+from memory.lifecycle.history import History
+from memory.retrieval.ranking import Decay, Fusion
+from memory.retrieval.search import Search
+from memory.storage.clear_text import finish_rebuild, has_clear_text, seal_clear_text
+from memory.storage.erasure import (
     Gate,
     checkpoint_ledger,
     exclusively,
     gated,
     scrub_pending,
 )
-from memory.errors import MemoryStoreError, MemoryWriteError
-from memory.extraction_ledger import (
-    LEDGER_FILE,
-    ChromaExtractionLedger,
-    ExtractionLedger,
-    SqliteExtractionLedger,
-)
-from memory.history import History
-from memory.items import MemoryItem, Scope, require_owner
-from memory.layout import bucket_metadata, check_owner, collection_name, migrate, ours
-from memory.lifecycle import Lifecycle
-from memory.ranking import Decay, Fusion
-from memory.records import every_item, item_key, prune, records, upsert_each
-from memory.reembed import Progress, reembed_store
-from memory.sealing import Documents, KeyRing, Plain, Sealed
-from memory.search import Search
-from memory.store_lock import DEFAULT_LOCK_TIMEOUT, StoreLock
+from memory.storage.layout import bucket_metadata, check_owner, collection_name, migrate, ours
+from memory.storage.lock import DEFAULT_LOCK_TIMEOUT, StoreLock
+from memory.storage.records import every_item, item_key, prune, records, upsert_each
+from memory.storage.reembed import Progress, reembed_store
+from memory.storage.sealing import Documents, KeyRing, Plain, Sealed
 
 log = logging.getLogger("cyrene.memory")
 
@@ -88,11 +82,11 @@ def _close(client: ClientAPI) -> None:
 
 
 class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
-    """Scoped memories with relevance × decay search (`memory.search`), that supersede and
-    forget (`memory.lifecycle`).
+    """Scoped memories with relevance × decay search (`memory.retrieval.search`), that supersede and
+    forget (`memory.lifecycle.changes`).
 
     Opening a store written with another embedding re-embeds it in place first
-    (`memory.reembed`), reporting to `progress(collection, done, total)`.
+    (`memory.storage.reembed`), reporting to `progress(collection, done, total)`.
 
     Attributes:
         failed_writes: how many items `add_many` could not store, over the store's life.
@@ -129,7 +123,7 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         ring = self._folder or (Path(keys) if keys is not None else None)
         self._keys = KeyRing(ring) if ring is not None else None
         self._documents: Documents = Sealed(self._keys) if self._keys is not None else Plain()
-        """How memory text is kept in Chroma: sealed in an embedded store (`memory.sealing`)."""
+        """How memory text is kept in Chroma: sealed in an embedded store (`memory.storage.sealing`)."""
         self._history = History(client, self._documents)
         # A search reads at most three buckets: the persona's, user and project.
         self._bucket_pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="cyrene-memory")
@@ -240,7 +234,7 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
 
     def _erase(self, ids: builtins.list[str]) -> None:
         """Make these deleted records' text unreadable for good: their keys are destroyed
-        (`memory.sealing`), and the ledger's log, where a plan once held the text, is
+        (`memory.storage.sealing`), and the ledger's log, where a plan once held the text, is
         checkpointed away. A server given the text in the clear keeps it (logged once)."""
         self._documents.forget(ids)
         if self._folder is not None:
@@ -255,15 +249,11 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         if self._closed:
             raise MemoryStoreError("this memory store is closed; open it again to use it")
 
-    def extraction_ledger(self) -> ExtractionLedger:
-        """Where this store's background extractions are recorded (a new handle each call;
-        the pipeline asks once per store): a SQLite file beside an embedded store's
-        Chroma files (one process holds the folder), or a collection on the Chroma
-        server that every worker shares."""
-        settings = self.client.get_settings()
-        if settings.is_persistent and settings.persist_directory:
-            return SqliteExtractionLedger(Path(settings.persist_directory) / LEDGER_FILE)
-        return ChromaExtractionLedger(self.client)
+    @property
+    def folder(self) -> Path | None:
+        """The folder of an embedded store's files (None on a Chroma server): the extraction
+        ledger and other files of ours sit beside Chroma's there."""
+        return self._folder
 
     @exclusively
     def reindex(self, *, everything: bool = False, progress: Progress | None = None) -> int:
@@ -333,7 +323,7 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
     def _find(self, item_id: str) -> tuple[Collection, Mapping[str, Any]] | None:
         for collection in self._stored():
             got = collection.get(ids=[item_id], include=["documents", "metadatas"])
-            if records(got, self._documents):  # a memory, not an alias (`memory.aliases`)
+            if records(got, self._documents):  # a memory, not an alias (`memory.retrieval.aliases`)
                 return collection, got
         return None
 

@@ -28,8 +28,8 @@ from graph.builder import build_graph
 from graph.extractions import aresume_extractions
 from graph.runs import CyreneGraph
 from graph.storage.checkpoint import open_checkpointer
-from nodes.config import LoopConfig
-from studio.demo import demo_config, demo_model, open_demo_store
+from nodes.core.config import LoopConfig
+from studio.demo.world import demo_config, demo_model, open_demo_store
 from studio.settings import (
     CHECKPOINT_ENV,
     DATA_ENV,

@@ -1,6 +1,6 @@
 """One memory store for Studio and the CLI at once: a `chroma run` server over `DATA/memory`.
 
-The embedded store belongs to one process (`memory.store_lock`), so while
+The embedded store belongs to one process (`memory.storage.lock`), so while
 Studio's server held it, `cyrene run` on the same data folder waited and
 failed. `cyrene studio` therefore serves the folder's store through a Chroma
 server of its own: it takes the folder's lock (so nothing opens the files
@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memory.lease import pid_running
+from nodes.kernel.lease import pid_running
 
 if TYPE_CHECKING:
     from memory.store import MemoryStore

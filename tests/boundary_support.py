@@ -24,8 +24,8 @@ from langchain_core.messages import (
 )
 from langchain_openai import ChatOpenAI
 
-from nodes.view.attribution import OWNER_NOTE_BODY, SPEAKER_SWITCH_MARKER
-from nodes.view.encoding import NOTE_INDEX_HEADER
+from nodes.context.attribution import OWNER_NOTE_BODY, SPEAKER_SWITCH_MARKER
+from nodes.context.encoding import NOTE_INDEX_HEADER
 from tests.scripted import Request, ScriptedChatModel
 
 OWNER_NOTE = SPEAKER_SWITCH_MARKER + OWNER_NOTE_BODY

@@ -15,7 +15,7 @@ from unittest import mock
 import pytest
 from langchain_core.language_models import BaseChatModel
 
-from studio.cli import main
+from studio.cli.main import main
 from tests.conftest import REPO
 
 # Root ignores file modes; a child without these capabilities sees them as a user does.
@@ -70,11 +70,11 @@ def chat(
 def cyrene_process(
     *argv: str, stdin: str | None = None, prefix: Sequence[str] = ()
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m studio.cli ARGV` as a user runs it (offline)."""
+    """`python -m studio.cli.main ARGV` as a user runs it (offline)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("CYRENE_MODEL", None)
     return subprocess.run(
-        [*prefix, sys.executable, "-m", "studio.cli", *argv],
+        [*prefix, sys.executable, "-m", "studio.cli.main", *argv],
         cwd=REPO,
         env=env,
         input=stdin,

@@ -66,7 +66,7 @@ from graph import (
     wait_for_extractions,
 )
 from memory import HashingEmbedding, MemoryItem, MemoryStore, Scope
-from memory.extraction_ledger import (
+from nodes.extraction.ledger import (
     ChromaExtractionLedger,
     ExtractionLedger,
     Record,

@@ -43,9 +43,9 @@ from graph import (
     wait_for_extractions,
 )
 from memory import MemoryItem, MemoryStore, Scope
-from memory.background import extraction_stats
-from memory.operations import Change, Forget, Recalled
-from memory.transcript import last_human, message_text
+from memory.lifecycle.operations import Change, Forget, Recalled
+from nodes.extraction.background import extraction_stats
+from nodes.kernel.messages import last_human, message_text
 from tests.scripted import ScriptedChatModel
 
 THREAD = os.environ.get("THREAD", "s")

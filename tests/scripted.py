@@ -17,7 +17,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from pydantic import Field, PrivateAttr
 
-from studio.offline_model import OfflineChatModel, as_chunk, bound_tool_names
+from studio.demo.offline_model import OfflineChatModel, as_chunk, bound_tool_names
 
 Reply = AIMessage | Callable[[list[BaseMessage]], AIMessage]
 

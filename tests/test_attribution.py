@@ -6,7 +6,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 from graph import SessionEnv, build_graph, open_checkpointer
-from nodes.view.attribution import (
+from nodes.context.attribution import (
     RESTRICTED_TAIL,
     UNRESTRICTED_TAIL,
     attribute_conversation,

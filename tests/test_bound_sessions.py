@@ -29,7 +29,7 @@ from langgraph.types import Command, interrupt
 from graph import SessionEnv, build_graph, open_checkpointer
 from memory import MemoryItem, MemoryStore, Scope
 from memory.embedding import HashingEmbedding
-from nodes.env import SessionMismatchError
+from nodes.core.env import SessionMismatchError
 from tests.cli_support import cyrene
 from tests.conftest import REPO, make_config, thread
 from tests.scripted import ScriptedChatModel, call, tool_calls

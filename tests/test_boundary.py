@@ -21,9 +21,9 @@ from langchain_core.messages import (
 from langgraph.types import Command
 
 from graph import SessionEnv, Trusted, build_graph, open_checkpointer
-from nodes.view.attribution import attribute_conversation
-from nodes.view.encoding import SYSTEM_INDEX_HEADER, encode_for_provider
-from nodes.view.sanitize import UNNAMED_MEMBER, display_name, quoted
+from nodes.context.attribution import attribute_conversation
+from nodes.context.encoding import SYSTEM_INDEX_HEADER, encode_for_provider
+from nodes.kernel.sanitize import UNNAMED_MEMBER, display_name, quoted
 from tests.boundary_support import (
     GIF,
     JPEG,

@@ -22,15 +22,15 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from graph import SessionEnv, Trusted, build_graph, open_checkpointer
 from memory import MemoryItem, MemoryStore, Scope
 from memory.embedding import HashingEmbedding
-from nodes.view.attribution import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER, UNRESTRICTED_TAIL
-from nodes.view.compaction import SUMMARY_PREFIX
-from nodes.view.encoding import NOTE_INDEX_HEADER
-from nodes.view.layout import (
+from nodes.context.attribution import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER, UNRESTRICTED_TAIL
+from nodes.context.encoding import NOTE_INDEX_HEADER
+from nodes.context.layout import (
     ROUND_STATE_CLOSE,
     ROUND_STATE_KEY,
     ROUND_STATE_NOTE,
     ROUND_STATE_OPEN,
 )
+from nodes.context.summary import SUMMARY_PREFIX
 from tests.boundary_support import endless, rendered
 from tests.cache_share import anthropic_cached, anthropic_payload
 from tests.conftest import FIXED_NOW, make_config, thread

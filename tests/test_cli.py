@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.cli import parser
+from studio.cli.main import parser
 from tests.cli_support import chat, cyrene, cyrene_process, one_line_error
 from tests.conftest import REPO
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import studio.cli_storage
+import studio.cli.storage
 from tests.cli_support import cyrene, cyrene_process, one_line_error, unprivileged
 from tests.conftest import free_port
 
@@ -59,7 +59,7 @@ def test_an_unreachable_postgres_fails_fast(tmp_path, capsys, monkeypatch):
     )
     assert refused.code == 2 and "Connection refused" in one_line_error(refused)
     # A server that accepts the connection and never answers: only a connect timeout ends it.
-    monkeypatch.setattr(studio.cli_storage, "POSTGRES_CONNECT_TIMEOUT", 1)
+    monkeypatch.setattr(studio.cli.storage, "POSTGRES_CONNECT_TIMEOUT", 1)
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)

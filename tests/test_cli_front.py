@@ -18,15 +18,16 @@ from typing import get_args
 import pytest
 from langchain_core.messages import AIMessage
 
-import studio.server
+import studio.cli.serve
 from graph import build_graph, open_checkpointer
 from graph.storage import DEFAULT_KEEP
 from graph.storage.reading import read_session
 from memory import Scope
-from nodes.config import GroupReply
-from nodes.env import Actor
-from studio import cli, cli_memory
-from studio.cli_read import loop_drawing
+from nodes.core.config import GroupReply
+from nodes.core.env import Actor
+from studio.cli import main as cli
+from studio.cli import memory as cli_memory
+from studio.cli.read import loop_drawing
 from tests.cli_support import chat, cyrene, cyrene_process, one_line_error
 from tests.conftest import REPO, make_config, thread
 from tests.scripted import ScriptedChatModel, call, tool_calls
@@ -39,7 +40,7 @@ def test_help_loads_none_of_the_loop():
     (or pydantic) are imported: they take most of a second (bench: tests/bench/cli.py)."""
     code = (
         "import sys\n"
-        "from studio.cli import main\n"
+        "from studio.cli.main import main\n"
         "for argv in (['--help'], ['memory', 'import', '--help'], ['run', 'x', '--actor', 'x']):\n"
         "    main(argv)\n"
         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r}))\n"
@@ -128,7 +129,7 @@ def test_chat_answers_its_own_commands_and_sends_the_rest(tmp_path, capsys):
 
 
 def cli_turns_help() -> str:
-    from studio.cli_turns import CHAT_HELP
+    from studio.cli.turns import CHAT_HELP
 
     return CHAT_HELP
 
@@ -244,7 +245,7 @@ def read_session_ids(db: Path) -> list[str]:
 def test_studio_without_its_extra_says_what_to_install_before_any_url(
     tmp_path, capsys, monkeypatch
 ):
-    monkeypatch.setattr(studio.server, "langgraph_binary", lambda: None)
+    monkeypatch.setattr(studio.cli.serve, "langgraph_binary", lambda: None)
     out = cyrene(capsys, "studio", "--data", str(tmp_path))
     assert out.code == 2 and out.out == "", "no URL printed"
     line = one_line_error(out)

@@ -19,10 +19,10 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import tool
 
-import studio.demo
+import studio.demo.world
 from graph import GracefulStop, StopRequested, arun_turn, build_graph, open_checkpointer, run_turn
 from memory import MemoryItem, MemoryStore, Scope
-from memory.background import wait_for_extractions
+from nodes.extraction.background import wait_for_extractions
 from tests.cli_support import cyrene, one_line_error
 from tests.conftest import REPO, make_config, thread
 from tests.scripted import ScriptedChatModel, call, tool_calls
@@ -264,7 +264,7 @@ def test_a_signal_in_the_last_step_lets_the_turn_end_and_then_stops(tmp_path, ca
         os.kill(os.getpid(), signal.SIGTERM)
         return "平静"
 
-    monkeypatch.setattr(studio.demo, "demo_mood", terminated_while_the_mood_is_read)
+    monkeypatch.setattr(studio.demo.world, "demo_mood", terminated_while_the_mood_is_read)
     data = ("--data", str(tmp_path))
     out = cyrene(capsys, "chat", "--session", "c", *data, stdin="你好\n还在吗\n")
     assert out.code == 143, out.err

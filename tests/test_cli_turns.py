@@ -7,7 +7,7 @@ import time
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-import studio.demo
+import studio.demo.world
 from graph import build_graph, open_checkpointer
 from tests.cli_support import chat, cyrene, one_line_error
 from tests.conftest import make_config, thread
@@ -94,9 +94,9 @@ def test_chat_refuses_an_unknown_actor_or_persona_and_goes_on(tmp_path, capsys):
 
 
 def test_a_busy_session_is_one_line_and_stores_nothing(tmp_path, capsys, monkeypatch):
-    real = studio.demo.demo_config
+    real = studio.demo.world.demo_config
     monkeypatch.setattr(
-        studio.demo,
+        studio.demo.world,
         "demo_config",
         lambda data, model=None, **settings: real(data, model, busy_policy="reject", **settings),
     )

@@ -8,9 +8,10 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langchain_core.messages.utils import count_tokens_approximately
 
 from graph import SessionEnv, build_graph, open_checkpointer
-from nodes.boundary import Trusted
-from nodes.view.compaction import SUMMARY_PREFIX, LLMCompactor, plan_cut
-from nodes.view.transcript import turn_start
+from nodes.boundary.admission import Trusted
+from nodes.compaction.summary import LLMCompactor, plan_cut
+from nodes.context.summary import SUMMARY_PREFIX
+from nodes.kernel.transcript import turn_start
 from tests.conftest import make_config, thread
 from tests.scripted import ScriptedChatModel, call, tool_calls
 

@@ -1,4 +1,4 @@
-"""What `nodes/compat/` relies on upstream still holds — and says what moved when not.
+"""What `nodes/kernel/compat/` relies on upstream still holds — and says what moved when not.
 
 Each test names the upstream change that would break the loop, so an upgrade
 that moves one of these fails here with a sentence, not deep inside a turn.
@@ -17,7 +17,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
-from nodes import compat
+from nodes.kernel import compat
 from tests.scripted import ScriptedChatModel
 
 
@@ -25,7 +25,7 @@ def test_langgraph_is_a_minor_the_tests_cover():
     major_minor = tuple(int(p) for p in version("langgraph").split(".")[:2])
     assert major_minor == (1, 2), (
         f"langgraph {version('langgraph')} is outside the pinned 1.2.x: DeltaChannel is Beta and "
-        "nodes/compat/ uses private names; re-run this file, then widen the pin in pyproject.toml"
+        "nodes/kernel/compat/ uses private names; re-run this file, then widen the pin in pyproject.toml"
     )
 
 
@@ -155,7 +155,7 @@ def test_a_delta_channel_value_can_be_rebuilt_and_stored_as_a_snapshot():
 def test_retry_policy_retries_reads_retry_on_as_langgraph_does():
     from langgraph.types import RetryPolicy
 
-    from nodes.compat import retry_policy_retries
+    from nodes.kernel.compat import retry_policy_retries
 
     assert retry_policy_retries(RetryPolicy(retry_on=ValueError), ValueError("x"))
     assert not retry_policy_retries(RetryPolicy(retry_on=(KeyError,)), ValueError("x"))
@@ -168,7 +168,7 @@ def test_a_subgraph_call_carries_a_task_id_and_its_nodes_see_their_graphs_namesp
     from langchain_core.runnables import RunnableConfig
     from langgraph.graph import START, StateGraph
 
-    from nodes.compat import graph_namespace, inside_parent_run
+    from nodes.kernel.compat import graph_namespace, inside_parent_run
 
     class S(TypedDict):
         x: int
@@ -197,10 +197,10 @@ def test_a_subgraph_call_carries_a_task_id_and_its_nodes_see_their_graphs_namesp
 def test_the_transcript_reducer_spells_remove_all_as_langgraph_does():
     from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
-    from nodes.reducers import REMOVE_ALL_MESSAGES as ours
+    from nodes.core.reducers import REMOVE_ALL_MESSAGES as ours
 
     assert ours == REMOVE_ALL_MESSAGES, (
-        "LangGraph renamed the id that removes every message; nodes/reducers.py keeps a copy "
+        "LangGraph renamed the id that removes every message; nodes/core/reducers.py keeps a copy "
         "so that reading a transcript need not load LangGraph's graph package"
     )
 

@@ -149,7 +149,7 @@ def test_a_retry_knob_of_the_old_spelling_says_where_it_went(model):
 def test_retry_takes_langgraphs_policy_a_mapping_of_its_arguments_or_none(model):
     from langgraph.types import RetryPolicy
 
-    from nodes.policies.provider_errors import is_transient
+    from nodes.kernel.provider_errors import is_transient
 
     default = make_config(model).retry
     assert default is not None and default.max_attempts == 3 and default.retry_on is is_transient

@@ -2,7 +2,7 @@
 
 LangGraph starts a new run on top and drops what the dead one had left, its
 `extract_memory` included; the next turn extracts the dead one as that turn
-would have (`nodes.extraction`). `interrupt_after` stands in for the death here
+would have (`nodes.extraction.node`). `interrupt_after` stands in for the death here
 (the checkpoint it leaves is the one a SIGKILL after that node leaves);
 tests/test_crash_matrix.py kills real processes.
 """
@@ -22,9 +22,9 @@ from graph import (
     wait_for_extractions,
 )
 from memory import MemoryItem, MemoryStore, Scope
-from nodes.env import SessionMismatchError
-from nodes.extraction import extractable
-from nodes.view.transcript import annotated
+from nodes.core.env import SessionMismatchError
+from nodes.extraction.node import extractable
+from nodes.kernel.transcript import annotated
 from tests.conftest import make_config, thread
 from tests.scripted import ScriptedChatModel
 

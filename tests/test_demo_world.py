@@ -11,11 +11,11 @@ from langchain_core.messages import HumanMessage
 
 from graph.builder import build_graph
 from graph.storage.checkpoint import open_checkpointer
-from nodes.env import SessionEnv
-from nodes.view.images import ImageError
-from studio.conversation import OWNER_SCRIPT, SUNSET_PNG
-from studio.demo import demo_config
-from studio.demo_hooks import demo_mood, describe_image, image_format
+from nodes.core.env import SessionEnv
+from nodes.kernel.images import ImageError
+from studio.demo.conversation import OWNER_SCRIPT, SUNSET_PNG
+from studio.demo.hooks import demo_mood, describe_image, image_format
+from studio.demo.world import demo_config
 
 JPEG = (
     b"\xff\xd8"

@@ -40,8 +40,8 @@ from chromadb.errors import NotFoundError
 
 from graph import open_checkpointer
 from memory import HashingEmbedding, MemoryStore
-from memory.extraction_ledger import ChromaExtractionLedger
-from memory.lease import pid_running
+from nodes.extraction.ledger import ChromaExtractionLedger
+from nodes.kernel.lease import pid_running
 from tests.conftest import REPO, chroma_run, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]

@@ -23,19 +23,20 @@ from graph import (
     resume_extractions,
     wait_for_extractions,
 )
-from memory import HashingEmbedding, MemoryItem, MemoryStore, Scope, Source, pipeline
-from memory.background import ExtractionJob, queue_depth, unfinished
-from memory.extraction_ledger import (
+from memory import HashingEmbedding, MemoryItem, MemoryStore, Scope, Source
+from nodes.extraction import pipeline
+from nodes.extraction.background import ExtractionJob, queue_depth, unfinished
+from nodes.extraction.ledger import (
     LEDGER_COLLECTION,
     ExtractionLedger,
+    ProvidesExtractionLedger,
     Record,
     SqliteExtractionLedger,
     claimable,
     this_owner,
 )
-from memory.pipeline import Pipeline
-from memory.protocols import ProvidesExtractionLedger
-from memory.transcript import last_human, message_text
+from nodes.extraction.pipeline import Pipeline
+from nodes.kernel.messages import last_human, message_text
 from tests.conftest import chroma_run, free_port, human, make_config, thread
 from tests.scripted import ScriptedChatModel
 
@@ -240,7 +241,7 @@ def test_a_backend_without_chroma_still_extracts_in_the_background(caplog):
 class ServerBackend(DictBackend):
     """A third-party backend whose memories live on a server every worker reaches (a
     shared dict and a SQLite file stand in for it): it provides its extraction ledger
-    there too, beside the memories (`memory.protocols.ProvidesExtractionLedger`)."""
+    there too, beside the memories (`nodes.extraction.ledger.ProvidesExtractionLedger`)."""
 
     def __init__(self, server: dict[str, MemoryItem], ledger: Path) -> None:
         super().__init__()

@@ -38,9 +38,9 @@ from langgraph.types import Command
 
 from graph import SessionEnv, build_graph, open_checkpointer
 from memory import MemoryItem, Scope
-from memory.ranking import SearchResult
-from nodes.boundary import admit
-from nodes.view.layout import ROUND_STATE_NOTE, is_round_state
+from memory.retrieval.ranking import SearchResult
+from nodes.boundary.admission import admit
+from nodes.context.layout import ROUND_STATE_NOTE, is_round_state
 from tests import boundary_support as support
 from tests.conftest import get_time, make_config, thread
 

@@ -12,8 +12,8 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
-from nodes.compat import DeltaChannel
-from nodes.compat.savers import (
+from nodes.kernel.compat import DeltaChannel
+from nodes.kernel.compat.savers import (
     IncrementalMemorySaver,
     IncrementalSqliteSaver,
     incremental_postgres_saver,

@@ -23,7 +23,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 
 from graph import SessionEnv, build_graph, open_checkpointer
 from memory import MemoryItem, MemoryStore, Scope
-from memory.transcript import last_human, message_text
+from nodes.kernel.messages import last_human, message_text
 from tests.boundary_support import endless
 from tests.conftest import make_config, thread
 

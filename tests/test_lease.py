@@ -1,5 +1,5 @@
 """One rule for "does the holder of a lease still run", shared by the session inbox's rows
-and the extraction ledger's claims (`memory.lease`)."""
+and the extraction ledger's claims (`nodes.kernel.lease`)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from graph.sessions.sql import holder_of
-from memory.extraction_ledger import Record, claimable
-from memory.lease import LIFE, Holder, holder_alive, pid_running
+from nodes.extraction.ledger import Record, claimable
+from nodes.kernel.lease import LIFE, Holder, holder_alive, pid_running
 
 LATER = time.time() + 3600
 

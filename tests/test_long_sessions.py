@@ -11,7 +11,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 
 from graph import LoopConfig, Persona, build_graph, open_checkpointer
-from nodes.view.compaction import AUTO_FALLBACK, AUTO_SHARE
+from nodes.compaction.summary import AUTO_FALLBACK, AUTO_SHARE
 from tests.cli_support import cyrene
 from tests.conftest import make_config, thread
 from tests.scripted import ScriptedChatModel
@@ -74,7 +74,7 @@ async def test_the_transcript_reads_the_same_awaited(tmp_path):
 def test_a_step_run_again_after_a_failure_archives_the_same_messages_once(tmp_path):
     """The archive is written inside `call_model`'s attempt; when the model then fails, the
     resumed attempt compacts and archives again, at the same positions, and nothing doubles."""
-    from nodes.view.compaction import StructuralCompactor
+    from nodes.compaction.summary import StructuralCompactor
 
     class Counting(StructuralCompactor):
         runs = 0
@@ -170,7 +170,7 @@ def test_compaction_is_on_by_default_and_takes_half_the_models_input_window():
 
 
 def test_a_model_without_a_profile_gets_the_fallback_budget():
-    from nodes.loop import Loop
+    from nodes.core.loop import Loop
 
     model = ScriptedChatModel(script=[])
     small = ScriptedChatModel(script=[], profile={"max_input_tokens": 2000})

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, ToolMessage
 
-from graph import KeywordGuard, Persona, SessionEnv, build_graph, open_checkpointer
+from graph import KeywordGuard, ManualExtractor, Persona, SessionEnv, build_graph, open_checkpointer
 from graph.builder import LOOP_NODES
-from memory import ManualExtractor, MemoryStore
+from memory import MemoryStore
 from tests.conftest import human, make_config, owner, thread
 from tests.scripted import ScriptedChatModel, call, tool_calls
 

@@ -8,8 +8,15 @@ import time
 import pytest
 from langchain_core.messages import AIMessage
 
-from graph import SessionEnv, build_graph, open_checkpointer, wait_for_extractions
-from memory import Decay, LLMExtractor, ManualExtractor, MemoryItem, MemoryStore, Scope, Source
+from graph import (
+    LLMExtractor,
+    ManualExtractor,
+    SessionEnv,
+    build_graph,
+    open_checkpointer,
+    wait_for_extractions,
+)
+from memory import Decay, MemoryItem, MemoryStore, Scope, Source
 from memory.embedding import HashingEmbedding
 from tests.conftest import human, make_config, thread
 from tests.scripted import ScriptedChatModel, call, tool_calls

@@ -1,4 +1,4 @@
-"""A superseded fact's words still find what replaced it (`memory.aliases`), and nothing else.
+"""A superseded fact's words still find what replaced it (`memory.retrieval.aliases`), and nothing else.
 
 Real embedded stores with the default embedding; supersedes go through the store's own
 `supersede` (the extraction path is covered by test_memory_lifecycle).
@@ -19,8 +19,8 @@ from memory import (
     Scope,
     Source,
 )
-from memory.planning import recall
-from memory.records import ALIAS_OF
+from memory.storage.records import ALIAS_OF
+from nodes.extraction.planning import recall
 from tests.conftest import human
 
 DAY = 86_400.0

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from memory import MemoryItem, MemoryStore, Scope
-from memory.duplicates import near_duplicate
 from memory.embedding import MultilingualEmbedding, cosines
-from memory.operations import Change
+from memory.lifecycle.duplicates import near_duplicate
+from memory.lifecycle.operations import Change
 
 DATA = Path(__file__).parent / "data"
 PAIRS = [json.loads(line) for line in (DATA / "memory_duplicate_pairs.jsonl").open()]
@@ -60,7 +60,7 @@ def test_a_fact_is_not_dropped_because_another_scope_holds_it(tmp_path):
         store.add(MemoryItem(content="主人对花生过敏", scope=Scope.PERSONA, persona_id="xilian"))
         shared = MemoryItem(content="主人对花生过敏", scope=Scope.USER)
         change = Change(action="add", item=shared, at=0.0)
-        from memory.duplicates import drop_duplicates
+        from memory.lifecycle.duplicates import drop_duplicates
 
         kept = drop_duplicates([change], store, "xilian", [])
     assert kept == [change], "the shared fact is stored though xilian holds it privately"

@@ -14,7 +14,7 @@ import pytest
 from chromadb.config import Settings
 
 from memory import HashingEmbedding, MemoryItem, MemoryStore, MultilingualEmbedding, Scope
-from memory.reembed import STAGING
+from memory.storage.reembed import STAGING
 from tests.bench.memory import load_set, ranks, scores
 from tests.cli_support import cyrene
 from tests.conftest import REPO
@@ -152,9 +152,9 @@ def test_a_process_killed_between_drop_and_rename_loses_nothing(tmp_path):
     killed = run_python(
         """
         import os, sys
-        import memory.reembed
+        import memory.storage.reembed
         from memory import MemoryStore
-        memory.reembed._take_over = lambda staged: os._exit(9)  # the old copy is dropped by now
+        memory.storage.reembed._take_over = lambda staged: os._exit(9)  # the old copy is dropped by now
         MemoryStore.open(sys.argv[1])
         """,
         str(tmp_path / "m"),

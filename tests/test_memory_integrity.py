@@ -5,7 +5,7 @@ core has a SQLite of its own; a second SQLite in the same process writing
 `chroma.sqlite3` while Chroma has it open treats Chroma's journal as hot and rolls
 it back ("database disk image is malformed"). So no connection of ours touches
 Chroma's files while Chroma has them open: the text is sealed before Chroma sees
-it, and a forget destroys its key (`memory.sealing`). Forgets run beside every
+it, and a forget destroys its key (`memory.storage.sealing`). Forgets run beside every
 public reader and writer here, and the file must pass `PRAGMA integrity_check`
 afterwards, with every forgotten text gone from the store's files. A store an
 earlier version wrote in the clear is sealed on open, and its clear copies are
@@ -27,8 +27,8 @@ import pytest
 
 from memory import MemoryItem, MemoryStore, Scope
 from memory.embedding import HashingEmbedding
-from memory.history import History
-from memory.sealing import Plain
+from memory.lifecycle.history import History
+from memory.storage.sealing import Plain
 from tests.conftest import REPO, chroma_run, free_port
 
 MEMORIES = 120

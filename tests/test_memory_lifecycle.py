@@ -11,11 +11,11 @@ import logging
 import pytest
 from langchain_core.messages import AIMessage
 
-from graph import build_graph, wait_for_extractions
-from memory import LLMExtractor, ManualExtractor, MemoryItem, MemoryStore, Scope
-from memory.duplicates import DUPLICATE_COSINE, drop_duplicates
-from memory.operations import Change
-from memory.ranking import SearchResult
+from graph import LLMExtractor, ManualExtractor, build_graph, wait_for_extractions
+from memory import MemoryItem, MemoryStore, Scope
+from memory.lifecycle.duplicates import DUPLICATE_COSINE, drop_duplicates
+from memory.lifecycle.operations import Change
+from memory.retrieval.ranking import SearchResult
 from tests.cli_support import cyrene
 from tests.conftest import human, make_config, owner, thread
 from tests.scripted import ScriptedChatModel, call, tool_calls

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from memory import MemoryItem, MemoryStore, Scope, StoreInUseError
-from memory.store_lock import LOCK_FILE
+from memory.storage.lock import LOCK_FILE
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow

@@ -2,7 +2,7 @@
 
 Background extraction runs off the reply path, so a session's next turn can come
 before its previous extraction is stored. Each job is planned against a store that
-holds what every earlier job of its session changed (`memory.pipeline`): a forget
+holds what every earlier job of its session changed (`nodes.extraction.pipeline`): a forget
 said right after a "remember" finds it, two quick corrections leave the last, and a
 fact said twice in quick succession is stored once. Sessions still run side by side.
 """
@@ -16,11 +16,11 @@ from collections.abc import Sequence
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from graph import build_graph, open_checkpointer
-from memory import LLMExtractor, ManualExtractor, MemoryItem, MemoryStore, Recalled, Scope
-from memory.background import wait_for_extractions
-from memory.extractors import MemoryOperation, MemoryOperations
-from memory.operations import Operation
+from graph import LLMExtractor, ManualExtractor, build_graph, open_checkpointer
+from memory import MemoryItem, MemoryStore, Recalled, Scope
+from memory.lifecycle.operations import Operation
+from nodes.extraction.background import wait_for_extractions
+from nodes.extraction.extractors import MemoryOperation, MemoryOperations
 from tests.conftest import make_config, thread
 from tests.scripted import ScriptedChatModel
 

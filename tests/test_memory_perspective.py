@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.perspective import owner_perspective
+from memory.retrieval.perspective import owner_perspective
 
 
 @pytest.mark.parametrize(

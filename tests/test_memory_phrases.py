@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import HumanMessage
 
-from memory import LLMExtractor, ManualExtractor, MemoryItem, MemoryStore, Scope, Source
-from memory.extractors import MemoryOperation, MemoryOperations
-from memory.planning import plan_extraction
+from graph import LLMExtractor, ManualExtractor
+from memory import MemoryItem, MemoryStore, Scope, Source
+from nodes.extraction.extractors import MemoryOperation, MemoryOperations
+from nodes.extraction.planning import plan_extraction
 from tests.scripted import Request, ScriptedChatModel
 
 PHRASES = Path(__file__).parent / "data" / "memory_phrases.jsonl"

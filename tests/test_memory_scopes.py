@@ -15,13 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage
 
-from graph import Persona, SessionEnv, build_graph
+from graph import LLMExtractor, ManualExtractor, Persona, SessionEnv, build_graph
 from memory import (
     Extractor,
     FindsNeighbours,
     HashingEmbedding,
-    LLMExtractor,
-    ManualExtractor,
     MemoryBackend,
     MemoryItem,
     MemoryStore,
@@ -31,7 +29,7 @@ from memory import (
     Source,
     StoreLayoutError,
 )
-from memory.layout import collection_name
+from memory.storage.layout import collection_name
 from tests.conftest import human, make_config, thread
 from tests.scripted import ScriptedChatModel
 

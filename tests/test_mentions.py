@@ -6,9 +6,9 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from graph import Hearing, SessionEnv, build_graph, open_checkpointer
-from nodes.policies.mentions import MentionMatcher
-from nodes.policies.presence import quiet_reason
-from nodes.policies.reply_judges import ReplyScorer, asks_the_room
+from nodes.presence.judges import ReplyScorer, asks_the_room
+from nodes.presence.mentions import MentionMatcher
+from nodes.presence.policy import quiet_reason
 from tests.conftest import PERSONAS, make_config, thread
 from tests.scripted import ScriptedChatModel
 

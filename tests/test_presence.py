@@ -17,9 +17,9 @@ from graph import (
     build_graph,
     open_checkpointer,
 )
-from nodes.policies.presence import quiet_reason
-from nodes.view.compaction import SUMMARY_PREFIX
-from studio.conversation import SUNSET_PNG
+from nodes.context.summary import SUMMARY_PREFIX
+from nodes.presence.policy import quiet_reason
+from studio.demo.conversation import SUNSET_PNG
 from tests.conftest import PERSONAS, make_config, thread
 from tests.scripted import ScriptedChatModel, call
 

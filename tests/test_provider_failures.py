@@ -22,7 +22,7 @@ from langchain_core.tools import tool
 from pydantic import Field, PrivateAttr
 
 from graph import CapacityPolicy, Tier, ToolHooks, build_graph, open_checkpointer
-from nodes.policies.provider_errors import ModelCallTimeout, is_transient
+from nodes.kernel.provider_errors import ModelCallTimeout, is_transient
 from tests.conftest import human, make_config, owner, thread
 from tests.payload_checks import payload_problems
 from tests.scripted import Request, ScriptedChatModel, call, tool_calls

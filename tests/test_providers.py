@@ -15,8 +15,8 @@ from langchain_core.messages import AIMessage, SystemMessage
 from langchain_openai import ChatOpenAI
 
 from graph import Persona, SessionEnv, build_graph, open_checkpointer
-from nodes.view.attribution import SPEAKER_SWITCH_MARKER
-from nodes.view.encoding import NOTE_INDEX_HEADER
+from nodes.context.attribution import SPEAKER_SWITCH_MARKER
+from nodes.context.encoding import NOTE_INDEX_HEADER
 from tests.conftest import human, make_config, thread
 from tests.scripted import ScriptedChatModel, call, tool_calls
 

@@ -8,8 +8,9 @@ import tomllib
 import pytest
 
 from graph import LoopConfig, open_checkpointer
-from studio import cli, settings
-from studio.cli_read import loop_drawing
+from studio import settings
+from studio.cli import main as cli
+from studio.cli.read import loop_drawing
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")

@@ -14,7 +14,7 @@ from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 from graph import build_graph, open_checkpointer, prune_checkpoints
-from nodes.compat import DeltaChannel
+from nodes.kernel.compat import DeltaChannel
 from tests.conftest import make_config, thread
 from tests.scripted import ScriptedChatModel, call, tool_calls
 

@@ -11,11 +11,11 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.types import Command
 
-from graph import SessionEnv, Trusted, build_graph, open_checkpointer
-from memory import ManualExtractor, MemoryItem, MemoryStore, Scope
+from graph import ManualExtractor, SessionEnv, Trusted, build_graph, open_checkpointer
+from memory import MemoryItem, MemoryStore, Scope
 from memory.embedding import HashingEmbedding
-from nodes.view.attribution import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER
-from nodes.view.layout import ROUND_STATE_MARKER, is_round_state
+from nodes.context.attribution import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER
+from nodes.context.layout import ROUND_STATE_MARKER, is_round_state
 from tests.boundary_support import endless, rendered
 from tests.conftest import make_config, thread
 

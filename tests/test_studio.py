@@ -13,9 +13,9 @@ import pytest
 from langgraph_sdk import get_client
 
 from graph.builder import LOOP_NODES
-from studio.conversation import SUNSET_PNG
+from studio.cli.serve import dev_command, dev_env
+from studio.demo.conversation import SUNSET_PNG
 from studio.memory_server import RECORD
-from studio.server import dev_command, dev_env
 from tests.cli_support import cyrene_process
 from tests.conftest import REPO, free_port, service_missing, wait_for_port
 
@@ -34,7 +34,7 @@ class DevServer:
             [
                 sys.executable,
                 "-m",
-                "studio.cli",
+                "studio.cli.main",
                 "studio",
                 "--port",
                 str(self.port),

@@ -26,8 +26,9 @@ from langgraph.types import StateUpdate
 from graph import SessionEnv, Trusted, build_graph, open_checkpointer
 from memory import MemoryItem, MemoryStore, Scope
 from memory.embedding import HashingEmbedding
-from nodes.view.compaction import LLMCompactor, summary_message
-from nodes.view.layout import is_round_state
+from nodes.compaction.summary import LLMCompactor
+from nodes.context.layout import is_round_state
+from nodes.context.summary import summary_message
 from tests.boundary_support import OWNER_NOTE, endless
 from tests.conftest import make_config, thread
 from tests.scripted import ScriptedChatModel

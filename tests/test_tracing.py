@@ -143,7 +143,7 @@ def test_the_cli_exports_over_otlp_http_when_the_endpoint_is_set(tmp_path):
             [
                 sys.executable,
                 "-m",
-                "studio.cli",
+                "studio.cli.main",
                 "run",
                 "现在几点？",
                 "--session",

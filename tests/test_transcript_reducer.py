@@ -18,8 +18,8 @@ from langchain_core.messages import (
 )
 from langgraph.graph.message import add_messages
 
-from nodes.reducers import kept_apart, merge_transcript, only_new_messages
-from nodes.view.transcript import close_interrupted_calls
+from nodes.core.reducers import kept_apart, merge_transcript, only_new_messages
+from nodes.kernel.transcript import close_interrupted_calls
 
 IDS = [f"m{i}" for i in range(8)]
 CALL_IDS = ["c1", "c2", "c3"]

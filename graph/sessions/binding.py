@@ -1,9 +1,9 @@
 """A session is what it was opened as: the env every run on a thread runs under.
 
 A thread's actor is written once, with its first turn (`opened_as`); each turn's
-env is recorded on its first message (`nodes.extraction.TURN_OPENED`). Every run
+env is recorded on its first message (`nodes.extraction.node.TURN_OPENED`). Every run
 (a new message, `invoke(None)`, a `Command`, another process's, Studio's) is
-bound to them before anything runs (`nodes.env.bound_env`): a resume of a group
+bound to them before anything runs (`nodes.core.env.bound_env`): a resume of a group
 turn is that group's whatever context it brings, and a context that names
 another actor is refused.
 """
@@ -16,11 +16,11 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
-from memory.transcript import last_human
-from nodes.env import SessionEnv, SessionMismatchError
-from nodes.run_config import thread_id
-from nodes.state import OPENED_AS
-from nodes.view.transcript import said_in_restricted
+from nodes.core.env import SessionEnv, SessionMismatchError
+from nodes.core.state import OPENED_AS
+from nodes.kernel.messages import last_human
+from nodes.kernel.run_config import thread_id
+from nodes.kernel.transcript import said_in_restricted
 
 
 @dataclass(frozen=True)

@@ -40,9 +40,9 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from graph.sessions.inbox import Answered, Claim, Entry, PlaceLost, ProcessInbox, Ring, SessionInbox
 from graph.storage.checkpoint import PerSaver, database_of
-from nodes.config import BusyPolicy
-from nodes.env import SessionEnv
-from nodes.run_config import configurable, thread_id
+from nodes.core.config import BusyPolicy
+from nodes.core.env import SessionEnv
+from nodes.kernel.run_config import configurable, thread_id
 
 log = logging.getLogger("cyrene.sessions")
 

@@ -32,7 +32,7 @@ from functools import cached_property, partial
 
 from langchain_core.messages import BaseMessage
 
-from memory.lease import LIFE
+from nodes.kernel.lease import LIFE
 
 WAITING, TAKEN, DONE, LEFT = "waiting", "taken", "done", "left"
 """Entry states: waiting for a turn; in a turn; answered by a turn; its caller left mid-turn."""
@@ -43,7 +43,7 @@ _TICKETS = itertools.count()
 def new_ticket() -> str:
     """A ticket no other call of any process shares (a uuid4 per call costs ~8 µs here).
 
-    It starts with this process's life token (`memory.lease.LIFE`): a row's
+    It starts with this process's life token (`nodes.kernel.lease.LIFE`): a row's
     holder is told from an earlier process that had the same pid by it."""
     return f"{LIFE}-{os.getpid()}-{next(_TICKETS)}"
 

@@ -12,7 +12,7 @@ drops a dead process's locks by itself. No lock server of our own.
 A SIGKILLed process must not block a session forever: each row names its
 process (host, pid, and the life token its ticket starts with) and carries a
 lease its process renews on a heartbeat thread. A row counts as dead when its
-holder no longer holds the lease (`memory.lease.holder_alive`: the lease ran
+holder no longer holds the lease (`nodes.kernel.lease.holder_alive`: the lease ran
 out, or its pid is gone or a zombie on this host, or it is an earlier life of
 this process's pid).
 """
@@ -45,7 +45,7 @@ from graph.sessions.inbox import (
     SessionInbox,
     next_turn,
 )
-from memory.lease import Holder, holder_alive
+from nodes.kernel.lease import Holder, holder_alive
 
 log = logging.getLogger("cyrene.sessions")
 

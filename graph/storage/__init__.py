@@ -6,12 +6,12 @@
 - `archive`: the transcript archive beside the checkpoints;
 - `reading`: stored sessions read without the loop (`cyrene history`, `cyrene sessions`).
 
-Names are imported on first use (`memory.lazy`): a reader needs no graph machinery.
+Names are imported on first use (`nodes.kernel.lazy`): a reader needs no graph machinery.
 """
 
 from typing import TYPE_CHECKING
 
-from memory.lazy import lazy_exports
+from nodes.kernel.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from graph.storage.checkpoint import open_checkpointer as open_checkpointer

@@ -2,7 +2,7 @@
 
 A companion's owner chat never ends. Once compaction's summary covers older
 messages, `compact` moves them out of the checkpointed `messages` channel into
-this archive (`nodes.protocols.TranscriptArchive`), so each checkpoint, each
+this archive (`nodes.core.protocols.TranscriptArchive`), so each checkpoint, each
 snapshot of the channel and each turn's load stay the size of the live window,
 however old the session. Nothing is lost: the whole transcript is the archive
 followed by the window (`CyreneGraph.transcript`, paged by position).
@@ -33,7 +33,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from graph.storage.checkpoint import PerSaver, database_of
-from nodes.protocols import TranscriptArchive
+from nodes.core.protocols import TranscriptArchive
 
 TABLE = "cyrene_transcript_archive"
 COLUMNS = (

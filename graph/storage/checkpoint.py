@@ -4,7 +4,7 @@
     async with open_checkpointer("sqlite:///.cyrene/checkpoints.db") as saver: ...  # ainvoke / astream
 
 Schemes: `memory` (in-process: LangGraph's `InMemorySaver`, loading only what changed
-since a thread's last load; `nodes.compat.savers`),
+since a thread's last load; `nodes.kernel.compat.savers`),
 `sqlite:///relative/path` or `sqlite:////abs/path` (the embedded default; a sync
 saver loads incrementally too),
 `postgresql://…` (scale-out, loading incrementally too; needs the `postgres` extra).
@@ -31,13 +31,13 @@ from weakref import WeakKeyDictionary
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from nodes.compat.savers import (
+from nodes.kernel.compat.savers import (
     IncrementalMemorySaver,
     IncrementalSqliteSaver,
     incremental_postgres_saver,
     keyed_async_postgres_saver,
 )
-from nodes.extras import missing_extra
+from nodes.kernel.extras import missing_extra
 
 T = TypeVar("T")
 SQLITE_PREFIX = "sqlite:///"

@@ -22,16 +22,16 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from graph.storage.archive import whole_transcript
 from graph.storage.retention_tables import checkpoint_tables
-from nodes.compat import DeltaSnapshot, delta_channels_replayed
-from nodes.policies.usage import clean_usage
-from nodes.protocols import TranscriptArchive
-from nodes.reducers import latest_summary, merge_transcript
+from nodes.core.protocols import TranscriptArchive
+from nodes.core.reducers import latest_summary, merge_transcript
+from nodes.kernel.compat import DeltaSnapshot, delta_channels_replayed
+from nodes.token_accounting.usage import clean_usage
 
 REDUCERS: Mapping[str, Callable[[Any, Sequence[Any]], Any]] = {
     "messages": merge_transcript,
     "summary": latest_summary,
 }
-"""The loop's `DeltaChannel`s and their reducers (`nodes.state.LoopState`)."""
+"""The loop's `DeltaChannel`s and their reducers (`nodes.core.state.LoopState`)."""
 EMPTY: Mapping[str, Callable[[], Any]] = {"messages": list, "summary": dict}
 
 

@@ -32,8 +32,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 
 from graph.storage.retention_tables import CheckpointTables, Deleted, NewRoot, checkpoint_tables
-from nodes.compat import DeltaChannel, delta_channels_replayed, delta_snapshots
-from nodes.state import LoopState
+from nodes.core.state import LoopState
+from nodes.kernel.compat import DeltaChannel, delta_channels_replayed, delta_snapshots
 
 DEFAULT_KEEP = 20
 """Checkpoints kept per session by default: the last few turns stay open to time travel."""

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from nodes.compat import DeltaSnapshot
+from nodes.kernel.compat import DeltaSnapshot
 
 NEWEST = (
     "SELECT checkpoint_id, parent_checkpoint_id FROM checkpoints WHERE thread_id = {mark}"

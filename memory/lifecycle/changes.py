@@ -1,0 +1,182 @@
+"""`MemoryStore`'s lifecycle half: supersede, forget, history, and applying planned changes.
+
+Every method here is idempotent, because a background extraction cut off by a
+crash applies its recorded plan again (`nodes.extraction.cycle`): a memory already
+superseded is not superseded twice (its replacement is written again, which
+is an upsert), a memory already forgotten stays forgotten, and a change
+decided before a memory was forgotten never brings it back. A change decided
+later may (the owner said "remember" again).
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from memory.items import MemoryItem
+from memory.lifecycle.history import History, HistoryEntry
+from memory.retrieval.aliases import drop_aliases, leave_alias
+from memory.storage.erasure import Gate, exclusively, gated
+from memory.storage.records import records
+from memory.storage.sealing import Documents
+
+if TYPE_CHECKING:
+    from chromadb.api.models.Collection import Collection
+
+    from memory.lifecycle.operations import Change
+
+log = logging.getLogger("cyrene.memory")
+
+
+class Lifecycle:
+    """Mixed into `MemoryStore`, which provides the members declared below."""
+
+    _history: History
+    _gate: Gate
+    _documents: Documents
+    clock: Callable[[], float]
+
+    if TYPE_CHECKING:
+
+        def _find(self, item_id: str) -> tuple[Collection, Mapping[str, Any]] | None: ...
+        def _stored(self) -> builtins.list[Collection]: ...
+        def _stored_ids(self, ids: builtins.list[str]) -> set[str]: ...
+        def add_many(self, items: Iterable[MemoryItem]) -> builtins.list[str]: ...
+        def _write(self, items: Iterable[MemoryItem]) -> builtins.list[str]: ...
+        def get(self, item_id: str) -> MemoryItem | None: ...
+        def _erase(self, ids: builtins.list[str]) -> None: ...
+
+    @gated
+    def supersede(self, item_id: str, new: MemoryItem, *, at: float | None = None) -> bool:
+        """Replace a memory with a new one; the old is kept in its history, never searched again.
+
+        Args:
+            item_id: the memory that is no longer true.
+            new: what is true now (a persona item must name its persona).
+            at: when it was decided (default: now).
+
+        Returns:
+            True when `item_id` was live and is now superseded; False when it was not
+            (already superseded, forgotten, or unknown): `new` is stored all the same,
+            unless it was forgotten after `at`.
+
+        Raises:
+            ValueError: a persona-scope `new` without `persona_id`.
+        """
+        when = self.clock() if at is None else at
+        # One hold of the gate (`gated`): no forget falls between these steps.
+        found = self._find(item_id)
+        old = records(found[1], self._documents)[0] if found is not None else None
+        # A replacement forgotten since took what it replaced with it: no history, no alias.
+        current = not _forgotten_since(self._history.entries([str(new.id)]), new, when)
+        if str(new.id) == item_id:  # the same record rewritten (a re-run's own item)
+            if current:
+                self._write([new])
+            return old is not None
+        if current:
+            if old is not None:
+                self._history.superseded(old, by=str(new.id), at=when)
+            self._write([new])
+        if found is None or old is None:
+            return False
+        if current:
+            leave_alias(found[0], old, new, self._documents)
+        found[0].delete(ids=[item_id])
+        return True
+
+    @exclusively
+    def forget(self, item_id: str, *, at: float | None = None) -> bool:
+        """Forget a memory and every memory it replaced: their text leaves the store.
+
+        Search and export no longer see them, and in an embedded store the text
+        is erased from the files too (`memory.storage.erasure`). An audit line (log
+        `cyrene.memory`, and a tombstone in its history) keeps id, scope and time.
+
+        Args:
+            item_id: the memory's id (a superseded one's too).
+            at: when it was decided (default: now).
+
+        Returns:
+            True when there was something to forget.
+        """
+        when = self.clock() if at is None else at
+        found = self._find(item_id)
+        kept = self._history.entry(item_id)
+        ancestry = self._history.ancestry(item_id)
+        # A replaced fact stated again since is live again: it is not this memory's to take.
+        restated = self._stored_ids([e.item_id for e in ancestry])
+        subject = (
+            records(found[1], self._documents)[0]
+            if found is not None
+            else kept.item
+            if kept
+            else None
+        )
+        if subject is None:  # unknown, or already forgotten
+            return False
+        older = [e.item for e in ancestry if e.item is not None and e.item_id not in restated]
+        owners = {str(i.id): (i.scope.value, i.persona_id) for i in [subject, *older]}
+        ids = builtins.list(owners)
+        if found is not None:
+            found[0].delete(ids=[item_id])
+        # The words they left as aliases go too, and any alias that pointed to them.
+        words = list(dict.fromkeys(w for c in self._stored() for w in drop_aliases(c, ids)))
+        self._history.forgotten(ids, owners, when)
+        self._erase([*ids, *words])
+        for forgotten in ids:
+            log.info(
+                "memory forgotten: id=%s scope=%s at=%.3f", forgotten, owners[forgotten][0], when
+            )
+        return True
+
+    @gated
+    def history(self, item_id: str) -> builtins.list[HistoryEntry]:
+        """A memory's chain, oldest first: what it replaced, itself, and what replaced it.
+
+        Args:
+            item_id: any memory of the chain.
+
+        Returns:
+            The entries (live, superseded, forgotten); [] for an unknown id.
+        """
+        chain: builtins.list[HistoryEntry] = []
+        current: str | None = item_id
+        while current is not None and current not in {e.item_id for e in chain}:
+            live = self.get(current)
+            if live is not None:
+                chain.append(HistoryEntry(current, "live", live, scope=live.scope.value))
+                break
+            entry = self._history.entry(current)
+            if entry is None:
+                break
+            chain.append(entry)
+            current = entry.superseded_by
+        if not chain:
+            return []
+        return builtins.list(reversed(self._history.ancestry(item_id))) + chain
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        """Apply planned changes (`memory.lifecycle.operations`), idempotently: adds, then supersedes
+        and forgets in order (`memory.protocols.AppliesChanges`)."""
+        adding = [c for c in changes if c.action == "add" and c.item is not None]
+        with self._gate.shared():  # not held across the forgets below: they hold it alone
+            known = (
+                self._history.entries([str(c.item.id) for c in adding if c.item]) if adding else {}
+            )
+        adds = [c.item for c in adding if c.item and not _forgotten_since(known, c.item, c.at)]
+        if adds:
+            self.add_many(adds)
+        for change in changes:
+            if change.action == "supersede" and change.target and change.item:
+                self.supersede(change.target, change.item, at=change.at)
+            elif change.action == "forget" and change.target:
+                self.forget(change.target, at=change.at)
+
+
+def _forgotten_since(entries: Mapping[str, HistoryEntry], item: MemoryItem, at: float) -> bool:
+    """Whether the memory was forgotten at or after `at` (a change that old must not bring
+    it back), by its history entry among `entries`."""
+    entry = entries.get(str(item.id))
+    return entry is not None and entry.state == "forgotten" and (entry.at or 0.0) >= at

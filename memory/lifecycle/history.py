@@ -1,0 +1,164 @@
+"""What became of a memory: superseded (and by what, when) or forgotten (when).
+
+A superseded memory leaves its bucket, so search never finds it and the
+memory block never shows it again, and is kept here, whole, with
+`superseded_at` and `superseded_by` (Graphiti keeps a contradicted fact with
+`invalid_at` the same way; mem0 keeps a history table). A forgotten memory
+leaves only a tombstone: its id, scope, persona and time, never its text.
+Forgetting a memory forgets the memories it replaced too, so "forget that"
+leaves no older wording of the fact behind.
+
+The records live in one Chroma collection beside the buckets
+(`HISTORY_COLLECTION`, no `bucket` in its metadata, so reads, the layout
+migration and re-embedding never take it for memories), one record per
+memory id, read by id and by `superseded_by`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from chromadb.api import ClientAPI
+from chromadb.api.models.Collection import Collection
+from chromadb.errors import NotFoundError
+
+from memory.items import MemoryItem
+from memory.storage.sealing import Documents
+
+HISTORY_COLLECTION = "cyrene_memory_history"
+# Chroma wants a vector per record; history is only read by id and metadata.
+_POINT: list[Sequence[float]] = [[1.0]]
+State = Literal["live", "superseded", "forgotten"]
+_SUPERSEDED: State = "superseded"
+_FORGOTTEN: State = "forgotten"
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One link of a memory's chain, oldest first in `MemoryStore.history`.
+
+    Attributes:
+        item_id: the memory's id.
+        state: `live` (searched and shown), `superseded` or `forgotten`.
+        item: the memory (None once forgotten: its text is gone).
+        at: when it was superseded or forgotten (None while live).
+        superseded_by: the id of the memory that replaced it.
+        scope: its scope (kept after a forget too).
+    """
+
+    item_id: str
+    state: State
+    item: MemoryItem | None
+    at: float | None = None
+    superseded_by: str | None = None
+    scope: str | None = None
+
+
+class History:
+    """The history collection of one Chroma client."""
+
+    def __init__(self, client: ClientAPI, documents: Documents) -> None:
+        self._client = client
+        self._documents = documents
+        self._collection: Collection | None = None
+
+    def records(self) -> Collection:
+        if self._collection is None:
+            self._collection = self._client.get_or_create_collection(
+                HISTORY_COLLECTION, embedding_function=None, metadata={"cyrene": "history"}
+            )
+        return self._collection
+
+    def existing(self) -> Collection | None:
+        """The history collection, if a supersede or a forget has made it (None: none)."""
+        if self._collection is None:
+            try:
+                self._collection = self._client.get_collection(HISTORY_COLLECTION)
+            except (NotFoundError, ValueError):
+                return None
+        return self._collection
+
+    def superseded(self, item: MemoryItem, by: str, at: float) -> None:
+        """Keep `item`, replaced by the memory `by` at `at` (idempotent)."""
+        meta = {**item.metadata(), "state": _SUPERSEDED, "at": at, "superseded_by": by}
+        ids = [str(item.id)]
+        self.records().upsert(
+            ids=ids,
+            embeddings=_POINT,
+            documents=self._documents.seal(ids, [item.content]),
+            metadatas=[meta],
+        )
+
+    def forgotten(
+        self, ids: list[str], scopes: Mapping[str, tuple[str, str | None]], at: float
+    ) -> None:
+        """Tombstones for these ids (scope and persona from `scopes`): the text goes.
+
+        A kept record is deleted before its tombstone is written, since an
+        upsert without a document would keep the old one.
+        """
+        if not ids:
+            return
+        self.records().delete(ids=ids)
+        metas: list[Any] = [
+            {
+                "state": _FORGOTTEN,
+                "at": at,
+                "scope": scopes[i][0],
+                **({"persona_id": scopes[i][1]} if scopes[i][1] else {}),
+            }
+            for i in ids
+        ]
+        self.records().add(ids=ids, embeddings=_POINT * len(ids), metadatas=metas)
+
+    def entry(self, item_id: str) -> HistoryEntry | None:
+        return self.entries([item_id]).get(item_id)
+
+    def entries(self, ids: Sequence[str]) -> dict[str, HistoryEntry]:
+        """The entries these ids have (one read), by id."""
+        if not ids:
+            return {}
+        got = self.records().get(ids=list(dict.fromkeys(ids)), include=["documents", "metadatas"])
+        return {got["ids"][n]: entry for n, entry in enumerate(self._entries(got))}
+
+    def predecessors(self, item_id: str) -> list[HistoryEntry]:
+        """The memories `item_id` directly replaced."""
+        got = self.records().get(
+            where={"superseded_by": item_id}, include=["documents", "metadatas"]
+        )
+        return self._entries(got)
+
+    def _entries(self, got: Mapping[str, Any]) -> list[HistoryEntry]:
+        texts = self._documents.unseal(got["ids"], got.get("documents") or [None] * len(got["ids"]))
+        return [_entry(got, n, text) for n, text in enumerate(texts)]
+
+    def ancestry(self, item_id: str) -> list[HistoryEntry]:
+        """Every memory `item_id` replaced, directly or through others, oldest last."""
+        found: list[HistoryEntry] = []
+        frontier = [item_id]
+        while frontier:
+            older = [
+                e
+                for i in frontier
+                for e in self.predecessors(i)
+                if e.item_id not in {f.item_id for f in found}
+            ]
+            found += older
+            frontier = [e.item_id for e in older]
+        return found
+
+
+def _entry(got: Mapping[str, Any], n: int, text: str | None) -> HistoryEntry:
+    item_id, meta = got["ids"][n], dict(got["metadatas"][n] or {})
+    state: State = _FORGOTTEN if meta.get("state") == _FORGOTTEN else _SUPERSEDED
+    item = MemoryItem.from_record(item_id, text, meta) if text else None
+    return HistoryEntry(
+        item_id=item_id,
+        state=state,
+        item=item,
+        at=float(meta["at"]) if "at" in meta else None,
+        superseded_by=meta.get("superseded_by"),
+        scope=meta.get("scope"),
+    )

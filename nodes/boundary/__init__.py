@@ -1,0 +1,1 @@
+"""The boundary: what a run may bring in, checked once before any node runs."""

@@ -1,0 +1,1 @@
+"""Progressive capability: tiers of tools that wake on triggers."""

@@ -1,0 +1,32 @@
+"""`compact`: compaction as a step of its own, in graphs built with `model_view_step`.
+
+Studio's graph runs it so that each compaction shows as the node's update;
+any other graph compacts inside `call_model` (`nodes.compaction.policy`),
+one checkpoint per round fewer. Both run the same step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
+
+from nodes.compaction.policy import compacted
+from nodes.compaction.summary import StructuralCompactor
+from nodes.core.env import SessionEnv, env_of
+from nodes.core.loop import Loop
+from nodes.core.state import LoopState
+
+
+def make_compact(loop: Loop):
+    compactor = loop.config.compactor or StructuralCompactor()
+
+    def compact(
+        state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]
+    ) -> dict[str, Any]:
+        """Fold older turns into a running summary when the view would exceed its budget, and
+        move what the summary covers to the transcript archive."""
+        return compacted(loop, compactor, env_of(runtime), state, config)
+
+    return compact

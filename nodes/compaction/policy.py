@@ -1,0 +1,220 @@
+"""Compaction: keep the model view under its token budget, and the checkpoints the size of it.
+
+Every round, before the model is called (the `Compaction` policy; in a graph
+built with `model_view_step`, the `compact` node does the same as a step of
+its own), a cheap check decides whether anything is due. When it is, two steps:
+
+1. **Summarise.** When the estimated view passes the budget
+   (`LoopConfig.max_context_tokens`, or the answering model's share with
+   `"auto"`), older turns fold into the running summary, down to half the
+   budget: the boundary moves in steps, not every round, so the request's
+   prefix stays the same between steps. The estimate is the view exactly as it
+   will be sent (attribution notes and `transform_context` included) except the
+   memory block, which `memory_k` bounds; searching twice per round would
+   double the retrieval cost. A compactor that fails or returns nothing is
+   logged and the round goes on uncompacted.
+2. **Archive.** Messages the summary covers are never sent again: they move
+   from the checkpointed window to the transcript archive beside the
+   checkpoints (`nodes.core.protocols.TranscriptArchive`), so a session's per-turn
+   cost does not grow with its age. The archive is written before the step's
+   checkpoint; a step re-run after a crash writes the same positions again.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
+
+from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+
+from nodes.compaction.summary import StructuralCompactor, TokenCounter, plan_cut, token_counter
+from nodes.context.assemble import round_blocks, view_blocks, view_of_state, visible_conversation
+from nodes.context.attribution import Speaker, describe_speaker, role_declaration, speaker_note
+from nodes.context.layout import system_messages
+from nodes.core.env import SessionEnv
+from nodes.core.policy import CallModel, CallSteps, ModelRequest, Round, RoundPolicy
+from nodes.core.protocols import Compactor
+from nodes.core.state import ArchiveMark, LoopState, Summary, turn_of, uncovered_start
+from nodes.kernel.compat import checkpointer_of, graph_namespace
+from nodes.kernel.run_config import thread_id
+from nodes.kernel.sanitize import MAX_NAME_CHARS
+from nodes.kernel.steps import Work
+
+if TYPE_CHECKING:
+    from nodes.core.loop import Loop
+
+log = logging.getLogger("cyrene.compaction")
+
+
+SUMMARY_REFRESH_TURNS = 25
+"""Turns after which an unchanged summary is written again. LangGraph finds a
+`DeltaChannel`'s value by walking back to the checkpoint of its last write, so a
+summary left alone for a thousand turns would make every load walk a thousand
+turns; written again every 25 turns, the walk stays within the one the transcript
+needs anyway (the transcript snapshots every 100 updates)."""
+
+
+def summarised(
+    loop: Loop, compactor: Compactor, env: SessionEnv, state: LoopState
+) -> Summary | None:
+    """The new running summary when the view is over budget, else None."""
+    persona_id = loop.persona_for(env)
+    model = loop.model_for(persona_id)
+    budget = loop.context_budget(persona_id)
+    count = token_counter(model)
+    messages, summary = state["messages"], state.get("summary")
+    if budget <= 0 or not over_budget(loop, env, state, budget, count):
+        return None
+    start = uncovered_start(messages, summary)
+    # Only messages after the summary can move; earlier ones are never re-counted.
+    sizes = [0] * start + [count([m]) for m in messages[start:]]
+    cut = plan_cut(messages, start, budget // 2, sizes)
+    if cut is None:
+        return None
+    describe = partial(
+        describe_speaker,
+        restricted=env.restricted,
+        current=persona_id,
+        display_name=loop.display_name,
+    )
+    previous = summary["text"] if summary else None
+    try:
+        text = compactor.compact(messages[start:cut], previous, budget // 4, describe)
+    except Exception:
+        log.exception("compactor failed; this round goes on uncompacted")
+        return None
+    if not text or not text.strip():
+        log.warning("compactor returned nothing; this round goes on uncompacted")
+        return None
+    return Summary(text=text.strip(), upto=str(messages[cut - 1].id), turn=turn_of(state))
+
+
+def over_budget(
+    loop: Loop, env: SessionEnv, state: LoopState, budget: int, count: TokenCounter
+) -> bool:
+    """Whether the view passes `budget`: first a bound that needs no attribution (what the
+    view holds, plus the role declaration and the longest speaker note before every
+    message), and only when the bound passes it, the view itself."""
+    persona_id = loop.persona_for(env)
+    conversation = visible_conversation(state["messages"], state.get("summary"))
+    blocks = round_blocks(
+        loop, persona_id, working_memory=state.get("working_memory"), summary=state.get("summary")
+    )
+    leading = system_messages(
+        [blocks.instructions, blocks.time, blocks.working_memory, blocks.summary]
+    )
+    declaration, per_note = loop.remembered(
+        ("note allowance", persona_id), lambda: note_allowance(loop, persona_id, count)
+    )
+    bound = count([*leading, *conversation]) + declaration + per_note * len(conversation)
+    return bound > budget and count(view_of_state(loop, env, state, estimate=True)) > budget
+
+
+def note_allowance(loop: Loop, persona_id: str | None, count: TokenCounter) -> tuple[int, int]:
+    """(tokens of the longest role declaration, of the longest speaker note) for `count`."""
+    declaration = role_declaration(
+        restricted=True, current=persona_id, display_name=loop.display_name
+    )
+    notes = [SystemMessage(note) for note in longest_notes(loop)]
+    return count([SystemMessage(declaration)]), max(count([note]) for note in notes)
+
+
+def longest_notes(loop: Loop) -> list[str]:
+    """The longest note each kind of speaker can get: a third party's with the longest
+    display name the boundary lets in, and each persona's."""
+    name = loop.display_name
+    third_party = Speaker("", "third_party", "名" * MAX_NAME_CHARS)
+    personas = [Speaker("", "persona", pid) for pid in loop.config.personas]
+    return [speaker_note(s, current=None, display_name=name) for s in [third_party, *personas]]
+
+
+def refreshed(state: LoopState) -> Summary | None:
+    """The unchanged summary, written again when its last write is `SUMMARY_REFRESH_TURNS` old."""
+    summary, turn = state.get("summary"), turn_of(state)
+    if not summary or turn - summary.get("turn", 0) < SUMMARY_REFRESH_TURNS:
+        return None
+    return Summary(text=summary["text"], upto=summary["upto"], turn=turn)
+
+
+def archived(
+    loop: Loop, config: RunnableConfig, state: LoopState, summary: Summary | None
+) -> dict[str, Any]:
+    """The update that moves every message `summary` covers to the archive ({} when none is
+    covered, or the graph saves nothing)."""
+    messages = state["messages"]
+    covered = uncovered_start(messages, summary)
+    saver = checkpointer_of(config)
+    if covered == 0 or saver is None or (archive := loop.archives(saver)) is None:
+        return {}
+    moved: list[BaseMessage] = list(messages[:covered])
+    mark = state.get("archived") or ArchiveMark(messages=0, humans=0)
+    where = (str(thread_id(config)), graph_namespace(config))
+    archive.append(where, mark["messages"], moved)
+    humans = sum(isinstance(m, HumanMessage) for m in moved)
+    return {
+        "messages": [RemoveMessage(id=str(m.id)) for m in moved],
+        "archived": ArchiveMark(
+            messages=mark["messages"] + covered, humans=mark["humans"] + humans
+        ),
+    }
+
+
+def compaction_due(loop: Loop, env: SessionEnv, state: LoopState) -> bool:
+    """Whether a compaction step has work: the view passes its budget, or messages the
+    summary covers are still in the window (a session written before the archive)."""
+    persona_id = loop.persona_for(env)
+    budget = loop.context_budget(persona_id)
+    if budget <= 0:
+        return False
+    if uncovered_start(state["messages"], state.get("summary")) > 0:
+        return True
+    count = loop.remembered(
+        ("counter", persona_id), lambda: token_counter(loop.model_for(persona_id))
+    )
+    return over_budget(loop, env, state, budget, count)
+
+
+def compacted(
+    loop: Loop, compactor: Compactor, env: SessionEnv, state: LoopState, config: RunnableConfig
+) -> dict[str, Any]:
+    """A compaction step's state update: the new (or refreshed) summary, and what it covers
+    moved to the archive."""
+    summary = summarised(loop, compactor, env, state) or refreshed(state)
+    update: dict[str, Any] = {} if summary is None else {"summary": summary}
+    return {**update, **archived(loop, config, state, summary or state.get("summary"))}
+
+
+def applied(state: LoopState, update: dict[str, Any]) -> LoopState:
+    """`state` as it reads once a compaction `update` is written (archived messages gone)."""
+    removed = {m.id for m in update.get("messages", [])}
+    window = [m for m in state["messages"] if m.id not in removed]
+    return cast(LoopState, {**state, **update, "messages": window})
+
+
+class Compaction(RoundPolicy):
+    """Around the model call, outermost: compact when due, and send the view of the
+    compacted state. The check is cheap and runs in place; summarising (an LLM compactor)
+    and archiving (database writes) run as blocking work, only when due."""
+
+    blocking = False
+
+    def __init__(self, loop: Loop) -> None:
+        self.loop = loop
+        self.compactor = loop.config.compactor or StructuralCompactor()
+        self.view_blocks = view_blocks(loop.config)
+
+    def wrap_model_call(self, round: Round, request: ModelRequest, call: CallModel) -> CallSteps:
+        if not compaction_due(self.loop, round.env, round.state):
+            if (summary := refreshed(round.state)) is not None:
+                round.write(summary=summary)
+            return (yield from call(request))
+        args = (self.loop, self.compactor, round.env, round.state, round.config)
+        if update := (yield Work(compacted, args, blocks=True)):
+            round.write(**update)
+            round.state = applied(round.state, update)
+            view_args = (self.loop, round.env, round.state)
+            round.view = yield Work(view_of_state, view_args, blocks=self.view_blocks)
+            request = request.override(view=round.view)
+        return (yield from call(request))

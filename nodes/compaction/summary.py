@@ -1,0 +1,143 @@
+"""Context compaction (seed `compactIfNeeded`): summarise older turns, keep the tail whole.
+
+The transcript is never shortened. State keeps a `summary` — its text and the
+id of the last message it covers — and the model view becomes
+"summary + everything after it". Planning is pure: a cut is only ever placed on
+a non-tool message at or before the turn's opening user message, so an AI
+message with tool calls is never separated from its results and the tail
+always holds the latest user message and whatever followed it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages.utils import count_tokens_approximately
+
+from nodes.core.protocols import Describe
+from nodes.kernel.messages import message_text
+from nodes.kernel.text import as_data
+from nodes.kernel.transcript import turn_start
+
+log = logging.getLogger("cyrene.compaction")
+
+AUTO_SHARE = 0.5
+"""`max_context_tokens="auto"`: the share of the model's input window the view may fill
+(the rest is for the memory block, the turn's tool results and the reply)."""
+AUTO_FALLBACK = 16_000
+"""`max_context_tokens="auto"` for a model whose LangChain profile has no `max_input_tokens`."""
+CHARS_PER_TOKEN = 4.0  # count_tokens_approximately's default
+TokenCounter = Callable[[Sequence[BaseMessage]], int]
+
+
+def context_budget(setting: int | str, model: Any) -> int:
+    """The token budget compaction keeps the view under for `model` (0 = off)."""
+    if setting != "auto":
+        return int(setting)
+    window = (getattr(model, "profile", None) or {}).get("max_input_tokens")
+    return int(window * AUTO_SHARE) if isinstance(window, int) and window > 0 else AUTO_FALLBACK
+
+
+def plan_cut(
+    messages: Sequence[BaseMessage], start: int, tail_budget: int, sizes: Sequence[int]
+) -> int | None:
+    """The smallest legal cut whose tail fits `tail_budget`, else the largest legal cut.
+
+    `sizes[i]` is the token estimate of `messages[i]`. Legal cuts lie in
+    (start, turn opening] on a non-tool message. None when nothing older than
+    the current turn is left to fold.
+    """
+    opening = turn_start(messages)
+    tail = sum(sizes[opening:])
+    best = None
+    # Walk cuts from the newest legal one backwards, growing the tail.
+    for cut in range(opening, start, -1):
+        if cut < opening:
+            tail += sizes[cut]
+        if isinstance(messages[cut], ToolMessage):
+            continue
+        if tail > tail_budget:
+            return best if best is not None else cut
+        best = cut
+    return best
+
+
+@dataclass
+class StructuralCompactor:
+    """No model call: the first line of each older message, with its speaker, newest kept."""
+
+    line_chars: int = 80
+
+    def compact(
+        self, messages: Sequence[BaseMessage], previous: str | None, budget: int, describe: Describe
+    ) -> str:
+        lines = previous.splitlines() if previous else []
+        for message in messages:
+            text = message_text(message).strip().splitlines()
+            if isinstance(message, ToolMessage):
+                first = f"工具 {message.name or ''}：{text[0] if text else ''}"
+            elif text:
+                first = f"{describe(message)}：{text[0]}"
+            else:
+                continue
+            lines.append("- " + first[: self.line_chars])
+        # Keep the newest lines that fit, measured as count_tokens_approximately does.
+        room, kept = budget * CHARS_PER_TOKEN, 0
+        for line in reversed(lines):
+            room -= len(line) + 1
+            if room < 0 and kept:
+                break
+            kept += 1
+        return "\n".join(lines[-kept:]) if kept else ""
+
+
+COMPACTION_PROMPT = (
+    "你在维护一段长对话的滚动摘要。把「已有摘要」与「新增对话」合并成一份新的摘要：保留事实、约定、"
+    "未完成的事，以及每句话是谁说的（保留方括号里的发言人标注），删去寒暄。只输出摘要本身。"
+)
+
+
+class LLMCompactor:
+    """A chat model writes the summary, incrementally: it sees only what is new since the last one."""
+
+    def __init__(self, model: BaseChatModel) -> None:
+        self.model = model
+
+    def prompt(
+        self, messages: Sequence[BaseMessage], previous: str | None, budget: int, describe: Describe
+    ) -> list:
+        # Each message one line of data: a participant cannot write a line that reads as
+        # another speaker's ("[主人] …") for the model that summarises.
+        lines = [f"[{describe(m)}] {as_data(message_text(m))}" for m in messages if message_text(m)]
+        body = f"已有摘要：\n{previous or '（无）'}\n\n新增对话：\n" + "\n".join(lines)
+        return [
+            SystemMessage(f"{COMPACTION_PROMPT}摘要不超过约 {budget} 个 token。"),
+            HumanMessage(body),
+        ]
+
+    def compact(
+        self, messages: Sequence[BaseMessage], previous: str | None, budget: int, describe: Describe
+    ) -> str:
+        return message_text(
+            self.model.invoke(self.prompt(messages, previous, budget, describe))
+        ).strip()
+
+
+def token_counter(model: Any) -> TokenCounter:
+    """The model's own counter when its class provides one (and it works offline), else LangChain's estimate."""
+    own = getattr(type(model), "get_num_tokens_from_messages", None)
+    if own is None or own is BaseChatModel.get_num_tokens_from_messages:
+        return count_tokens_approximately
+
+    def count(messages: Sequence[BaseMessage]) -> int:
+        try:
+            return model.get_num_tokens_from_messages(list(messages))
+        except Exception:  # e.g. a tokenizer that would download its vocabulary
+            return count_tokens_approximately(messages)
+
+    return count

@@ -1,0 +1,158 @@
+"""The model's view of the conversation, assembled fresh every round.
+
+Blocks: persona instructions, current time (only with a valid zone), working
+memory (the caller's text, as one line of data: `nodes.kernel.text.as_data`), memory block (retrieval re-run every round from the latest user
+text), the compaction summary when there is one, role declaration, and the
+conversation with speaker notes. `LoopConfig.context_layout` places them
+(`nodes.context.layout`): by default in the seed's order (`assembleContext`,
+DESIGN §3, the instructions always the first system message), or with the
+blocks that change every round last. Then the caller's
+`transform_context(messages, round)`. Nothing here is written to the
+transcript.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
+
+from langchain_core.messages import BaseMessage
+
+from memory.retrieval.block import format_memory_block
+from nodes.context.attribution import attribute_conversation
+from nodes.context.encoding import encode_for_provider, without_unsafe_names
+from nodes.context.layout import LAYOUTS, Blocks
+from nodes.context.summary import summary_message
+from nodes.core.env import SessionEnv
+from nodes.core.state import LoopState, Summary, uncovered_start
+from nodes.kernel.text import as_data
+from nodes.kernel.transcript import current_round, is_hidden, latest_user_text
+
+if TYPE_CHECKING:
+    from nodes.core.config import LoopConfig
+    from nodes.core.loop import Loop
+
+log = logging.getLogger("cyrene.context")
+
+WORKING_MEMORY_PREFIX = "工作记忆: "
+_WEEKDAYS = "一二三四五六日"
+
+
+def time_block(now: datetime, zone: ZoneInfo) -> str:
+    """The per-round wall-clock line, in the configured zone."""
+    local = now.astimezone(zone)
+    return f"当前时间：{local:%Y-%m-%d %H:%M}（星期{_WEEKDAYS[local.weekday()]}，{zone.key}）"
+
+
+def view_blocks(config: LoopConfig) -> bool:
+    """Whether assembling a view may block: it searches memory and runs `transform_context`."""
+    return config.memory is not None or config.transform_context is not None
+
+
+def memory_block(loop: Loop, env: SessionEnv, persona_id: str | None, query: str) -> str:
+    """The scoped memory block for this round, or '' (no store, no query, or a failed search)."""
+    store = loop.config.memory
+    if store is None or not query.strip():
+        return ""
+    try:
+        results = store.search(
+            query, persona_id=persona_id, restricted=env.restricted, k=loop.config.memory_k
+        )
+    except Exception:
+        log.exception("memory search failed; this round goes on without memories")
+        return ""
+    return format_memory_block(results, restricted=env.restricted)
+
+
+def round_blocks(
+    loop: Loop,
+    persona_id: str | None,
+    *,
+    working_memory: str | None,
+    memory: str = "",
+    summary: Summary | None = None,
+) -> Blocks:
+    """This round's system blocks as text, before the layout places them."""
+    persona = loop.persona(persona_id)
+    folded = summary_message(summary)
+    return Blocks(
+        instructions=persona.instructions if persona else "",
+        time=time_block(loop.now(), loop.zone) if loop.zone is not None else "",
+        working_memory=WORKING_MEMORY_PREFIX + as_data(working_memory) if working_memory else "",
+        memory=memory,
+        summary=str(folded.content) if folded else "",
+    )
+
+
+def visible_conversation(
+    messages: Sequence[BaseMessage], summary: Summary | None
+) -> list[BaseMessage]:
+    """What the model still sees verbatim: after the summary, minus guard-hidden messages."""
+    return [m for m in messages[uncovered_start(messages, summary) :] if not is_hidden(m)]
+
+
+def assemble_view(
+    loop: Loop,
+    env: SessionEnv,
+    messages: Sequence[BaseMessage],
+    *,
+    working_memory: str | None = None,
+    summary: Summary | None = None,
+    with_memory: bool = True,
+    with_transform: bool = True,
+) -> list[BaseMessage]:
+    """The exact message list the model is sent this round (`with_memory=False`,
+    `with_transform=False`: minus the memory block and the caller's transform, which is how
+    compaction estimates the view without searching or transforming twice)."""
+    persona_id = loop.persona_for(env)
+    conversation = visible_conversation(messages, summary)
+    memory = (
+        memory_block(loop, env, persona_id, latest_user_text(conversation)) if with_memory else ""
+    )
+    blocks = round_blocks(
+        loop, persona_id, working_memory=working_memory, memory=memory, summary=summary
+    )
+    attribution = attribute_conversation(
+        conversation, restricted=env.restricted, current=persona_id, display_name=loop.display_name
+    )
+    placed = LAYOUTS[loop.config.context_layout](blocks, attribution)
+    view = encode_for_provider(
+        loop.encoding_for(persona_id),
+        placed.leading,
+        placed.attribution,
+        trailing=placed.trailing,
+    )
+    if loop.provider_for(persona_id) == "openai":
+        view = without_unsafe_names(view)
+    return apply_transform(loop, view, current_round(messages) + 1) if with_transform else view
+
+
+def apply_transform(loop: Loop, view: list[BaseMessage], round_: int) -> list[BaseMessage]:
+    """The caller's `transform_context`; if it fails, the untransformed view is sent."""
+    transform = loop.config.transform_context
+    if transform is None:
+        return view
+    try:
+        return list(transform(view, round_))
+    except Exception:
+        log.exception("transform_context failed; round %d uses the untransformed view", round_)
+        return view
+
+
+def view_of_state(
+    loop: Loop, env: SessionEnv, state: LoopState, *, estimate: bool = False
+) -> list[BaseMessage]:
+    """The round's view from the session's state (`estimate`: as compaction counts it,
+    without the memory block and the caller's transform)."""
+    return assemble_view(
+        loop,
+        env,
+        state["messages"],
+        working_memory=state.get("working_memory"),
+        summary=state.get("summary"),
+        with_memory=not estimate,
+        with_transform=not estimate,
+    )

@@ -1,0 +1,100 @@
+"""How the leading blocks and speaker notes reach a given provider.
+
+Two encodings, both keeping every message in its stored order and never
+putting attribution into user or assistant text:
+
+- `inline` — the seed's exact rendering: leading system messages, the role
+  declaration, and each `[发言归属]` note as its own system message right where
+  the speaker changes. For OpenAI-compatible models, which accept system
+  messages anywhere.
+- `leading` — one leading system message holding the leading blocks, the role
+  declaration and every note keyed to the message it starts at
+  (`第N条起：[发言归属] …`). For providers that reject or hoist system messages
+  after the first (Anthropic accepts them only right after a user turn, Gemini
+  hoists them, many local chat templates refuse them). System text a trusted
+  caller stored in the transcript (`nodes.boundary.admission.Trusted`) goes into the same
+  leading message, keyed the same way (`第N条前：…`).
+
+The round's own blocks (time, working memory, memories) come after the
+conversation under `context_layout="cache"` (`nodes.context.layout`): as system
+messages with `inline`, as the loop's delimited round-state block with
+`leading`, announced in the leading system message.
+
+Names inside notes are already quoted by `nodes.context.attribution`, so no note can
+span lines: each index entry stays one line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Literal
+
+from langchain_core.messages import BaseMessage, SystemMessage
+
+from nodes.context.attribution import Attribution
+from nodes.context.layout import ROUND_STATE_NOTE, round_state_message
+from nodes.kernel.messages import message_text
+from nodes.kernel.providers import Provider
+
+Encoding = Literal["inline", "leading"]
+ENCODING_BY_PROVIDER: dict[Provider, Encoding] = {
+    "openai": "inline",
+    "anthropic": "leading",
+    "google": "leading",
+    "ollama": "leading",
+    "other": "inline",
+}
+NOTE_INDEX_HEADER = "发言归属索引（按对话中的消息序号，序号从 1 起）："
+SYSTEM_INDEX_HEADER = "对话中的系统消息（按对话中的消息序号，序号从 1 起）："
+INDEX_LOOKALIKE = re.compile(r"^(?=第\d+条[前起]：|发言归属索引|对话中的系统消息)", re.MULTILINE)
+"""A line of other text that would read as one of the leading message's index lines."""
+# OpenAI's `name` field accepts only these; a nickname like 小明 is rejected
+# with a 400. The notes already carry attribution, so such names are omitted
+# from the request copy (the stored message keeps its name).
+_OPENAI_SAFE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def without_unsafe_names(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """Request copies of the messages, minus `name`s the OpenAI API would reject."""
+    return [
+        m.model_copy(update={"name": None}) if m.name and not _OPENAI_SAFE_NAME.match(m.name) else m
+        for m in messages
+    ]
+
+
+def encode_for_provider(
+    encoding: Encoding,
+    leading: Sequence[BaseMessage],
+    attribution: Attribution,
+    *,
+    trailing: Sequence[str] = (),
+) -> list[BaseMessage]:
+    """Join leading blocks, the attributed conversation and the `trailing` blocks in the
+    given encoding."""
+    if encoding == "inline":
+        declaration = [SystemMessage(attribution.declaration)] if attribution.declaration else []
+        after = [SystemMessage(text) for text in trailing]
+        return [*leading, *declaration, *attribution.conversation, *after]
+    texts = [str(m.content) for m in leading]
+    if attribution.declaration:
+        texts.append(attribution.declaration)
+    if trailing:
+        texts.append(ROUND_STATE_NOTE)
+    conversation: list[BaseMessage] = []
+    index_lines: list[str] = []
+    system_lines: list[str] = []
+    for position, message in enumerate(attribution.conversation):
+        if position in attribution.notes:
+            index_lines.append(f"第{len(conversation) + 1}条起：{attribution.notes[position]}")
+        elif isinstance(message, SystemMessage):
+            system_lines.append(f"第{len(conversation) + 1}条前：{message_text(message)}")
+        else:
+            conversation.append(message)
+    if index_lines:
+        texts.append(NOTE_INDEX_HEADER + "\n" + "\n".join(index_lines))
+    if system_lines:
+        texts.append(SYSTEM_INDEX_HEADER + "\n" + "\n".join(system_lines))
+    head = [SystemMessage("\n\n".join(texts))] if texts else []
+    tail = [round_state_message(trailing)] if trailing else []
+    return [*head, *conversation, *tail]

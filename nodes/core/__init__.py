@@ -1,0 +1,1 @@
+"""The loop's core: its settings (`LoopConfig`), its resolved form (`Loop`), the session state and its reducers, the session environment, the plug-in protocols and the round-policy base every feature builds on."""

@@ -1,0 +1,187 @@
+"""The checkpointed state of a session, and what callers may send in.
+
+`messages` is the transcript. It uses LangGraph's `DeltaChannel`, so a
+checkpoint stores the turn's new messages rather than the whole list again:
+checkpoint bytes per turn stay flat however long the session grows (a plain
+`add_messages` channel re-serialises the full transcript at every step, which
+makes storage grow with the square of the session length). Its reducer is
+`add_messages` folded over the batch, followed by `close_interrupted_calls`,
+which keeps the invariant that no tool call is ever left dangling before a
+later message.
+
+A long session keeps only its live window in `messages`: once compaction's
+summary covers older messages, `compact` moves them to the transcript archive
+beside the checkpoints (`nodes.core.protocols.TranscriptArchive`) and `archived`
+counts them, so loading, reducing, viewing and saving a turn cost the same at
+turn 10,000 as at turn 100. The whole transcript is the archive followed by
+the window (`CyreneGraph.transcript`).
+
+`summary` is a `DeltaChannel` too, written when compaction moves and otherwise
+stored in no checkpoint (a plain channel would put its few kilobytes into every
+checkpoint of the SQLite saver: four a turn).
+
+`opened_as` is what the thread was opened as (its actor), written by the loop with
+the thread's first turn and never again: its reducer keeps the first value, and no
+door takes it from a caller (`nodes.core.env.bound_env` reads it for every later run).
+
+`model_view` is the per-round assembled model input. It is an
+`UntrackedValue`: visible to the next node and in Studio's updates, but never
+checkpointed and never part of the transcript.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Any, NotRequired, TypedDict
+
+from langchain_core.messages import AnyMessage, BaseMessage
+from langchain_core.messages.ai import UsageMetadata
+from langgraph.channels.untracked_value import UntrackedValue
+
+from nodes.core.reducers import latest_summary, merge_transcript
+from nodes.kernel.choices import Actor
+from nodes.kernel.compat import DeltaChannel
+from nodes.kernel.transcript import turn_number
+
+
+class Summary(TypedDict):
+    """What the compactor has folded so far."""
+
+    text: str
+    upto: str
+    """Id of the last transcript message the summary covers."""
+    turn: NotRequired[int]
+    """The turn it was last written in (see `nodes.compaction.node.SUMMARY_REFRESH_TURNS`)."""
+
+
+def uncovered_start(messages: Sequence[BaseMessage], summary: Summary | None) -> int:
+    """Index of the first message the summary does not cover (0 without a summary)."""
+    if not summary:
+        return 0
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].id == summary["upto"]:
+            return i + 1
+    return 0  # the covered message is gone (edited transcript): summarise afresh
+
+
+class ArchiveMark(TypedDict):
+    """How much of the transcript lives in the archive, before the live window."""
+
+    messages: int
+    """Messages archived: the position of the window's first message in the whole transcript."""
+    humans: int
+    """Human messages among them (turn numbers count them)."""
+
+
+class TurnInput(TypedDict, total=False):
+    """What a caller sends to start a turn."""
+
+    messages: list[AnyMessage]
+    working_memory: str
+
+
+class OpenedAs(TypedDict):
+    """What a thread was opened as: fixed by its first turn."""
+
+    actor: Actor
+
+
+def first_opened(current: OpenedAs, new: OpenedAs) -> OpenedAs:
+    """The reducer of `opened_as`: the first value stays (a thread is what it was opened as)."""
+    return current or new
+
+
+OPENED_AS = "opened_as"
+
+
+class RunInput(TurnInput, total=False):
+    """The graph's input: what a caller sends (`TurnInput`, all the boundary admits), plus
+    what the loop itself adds to a thread's first run (`graph.runs`)."""
+
+    opened_as: OpenedAs
+
+
+class PendingExtraction(TypedDict):
+    """A turn's background extraction, recorded in the checkpoint before the turn returns.
+
+    Enough to run it again after a crash: the transcript is in the same
+    checkpoint, so the snapshot is every visible message up to `boundary`.
+    """
+
+    key: str
+    """Identity of the extraction (thread + boundary); the ledger's record id."""
+    boundary: str
+    """Id of the turn's last message: the snapshot ends there."""
+    session_id: str | None
+    """Provenance stamped on the memories: the run's session."""
+    message_id: str | None
+    """Provenance stamped on the memories: the turn's inbound message."""
+    persona_id: str | None
+    """The persona that produced the turn (persona-scope memories go there)."""
+    thread: NotRequired[str | None]
+    """The session (thread) it belongs to: a session's extractions run in turn order."""
+    order: NotRequired[int]
+    """The turn's number in its session (entries saved before orders were kept: 0)."""
+
+
+class TokenUsage(TypedDict):
+    """Tokens the session's model calls used, as the providers reported them (LangChain's
+    `usage_metadata`, cached input in `input_token_details.cache_read`); written by
+    `nodes.token_accounting.policy`. Calls that reported nothing are not in it."""
+
+    turn_id: str | None
+    """The turn `calls` and `turn` belong to: the id of its opening message."""
+    calls: list[UsageMetadata]
+    """That turn's model calls, in order (a retried or fallback call once each)."""
+    turn: NotRequired[UsageMetadata]
+    """The sum of `calls` (absent when none reported usage)."""
+    session: NotRequired[UsageMetadata]
+    """The sum over every call of the session."""
+
+
+class PresenceRecord(TypedDict):
+    """Whether the companion answers a group turn, and why (`nodes.presence.policy`)."""
+
+    reply: bool
+    reason: str
+    heard: str | None
+    """Id of the newest message the decision heard: the turn it belongs to."""
+    policy: str
+    """`LoopConfig.group_reply` when it was made (`"mentioned"` or `"judged"`)."""
+
+
+class LoopState(TypedDict):
+    """Checkpointed per-thread state."""
+
+    messages: Annotated[list[AnyMessage], DeltaChannel(merge_transcript)]
+    opened_as: NotRequired[Annotated[OpenedAs, first_opened]]
+    """The actor the thread was opened as (written once, with its first turn)."""
+    working_memory: NotRequired[str]
+    """Caller-provided working-memory summary, rendered as `工作记忆: …`."""
+    mood: NotRequired[Any]
+    """What `on_turn_end` returned for the latest finished turn."""
+    summary: NotRequired[Annotated[Summary, DeltaChannel(latest_summary, snapshot_frequency=1)]]
+    """Compaction's running summary and the last message it covers (the transcript stays whole)."""
+    archived: NotRequired[ArchiveMark]
+    """The part of the transcript moved to the archive (absent: none)."""
+    image_descriptions: NotRequired[dict[str, str]]
+    """Vision cache for this session: image hash → description."""
+    capacity: NotRequired[dict[str, int]]
+    """Awake capacity tiers → the turn number they were last woken or used in."""
+    token_usage: NotRequired[TokenUsage]
+    """Tokens used per call, per turn and per session (absent until a provider reports any)."""
+    pending_extractions: NotRequired[list[PendingExtraction]]
+    """Background extractions not yet seen done or lost (see `nodes.extraction.node`)."""
+    extracted_turn: NotRequired[str]
+    """Id of the message that opened the latest turn `extract_memory` ran for (a turn opened
+    after it and before the current one died before that node; see `nodes.extraction.node`)."""
+    presence: NotRequired[PresenceRecord]
+    """The latest group turn's decision to answer or stay quiet (group_reply other than always)."""
+    model_view: NotRequired[Annotated[list[AnyMessage], UntrackedValue(list)]]
+    """The assembled model input of the current round (not checkpointed)."""
+
+
+def turn_of(state: LoopState) -> int:
+    """1-based number of the session's current turn, archived turns included."""
+    archived = state.get("archived")
+    return turn_number(state["messages"]) + (archived["humans"] if archived else 0)

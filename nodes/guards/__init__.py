@@ -1,0 +1,1 @@
+"""Request and response guards around each model call."""

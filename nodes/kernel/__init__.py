@@ -1,0 +1,1 @@
+"""What every layer shares, below memory: messages and transcripts, text hygiene, lazy exports, leases, the step driver, run config, provider families, and the private LangGraph/LangChain APIs we rely on."""

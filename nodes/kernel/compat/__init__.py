@@ -1,0 +1,168 @@
+"""Every private or Beta API of LangGraph and LangChain that the loop relies on.
+
+Nothing else in the project reaches into `langgraph._internal` or calls an
+underscore method of a dependency: when an upgrade moves one of these, this
+package (here, and `savers.py` for the checkpoint savers' internals) and
+`tests/test_compat.py` are the only places that change, and that
+test names what moved. `pyproject.toml` pins `langgraph` to the minor versions
+the tests cover for the same reason (`DeltaChannel` is Beta).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph._internal._constants import (
+    CONFIG_KEY_CHECKPOINTER,
+    CONFIG_KEY_DURABILITY,
+    CONFIG_KEY_RUNTIME,
+    CONFIG_KEY_TASK_ID,
+    NS_SEP,
+)
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.checkpoint.serde.types import _DeltaSnapshot as DeltaSnapshot
+
+from nodes.kernel.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+    from langgraph._internal._runnable import RunnableCallable as RunnableCallable
+    from langgraph.channels.delta import DeltaChannel as DeltaChannel
+    from langgraph.graph.state import CompiledStateGraph
+    from langgraph.pregel._retry import _should_retry_on as retry_policy_retries
+
+# LangGraph's graph machinery takes most of a second to import; a reader of stored
+# sessions (`cyrene history`) needs only the checkpoint names above.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "DeltaChannel": "langgraph.channels.delta",
+        "RunnableCallable": "langgraph._internal._runnable",
+        "retry_policy_retries": "langgraph.pregel._retry:_should_retry_on",
+    },
+)
+
+__all__ = [
+    "CONFIG_KEY_DURABILITY",
+    "DeltaChannel",
+    "DeltaSnapshot",
+    "RunnableCallable",
+    "chat_model_provider",
+    "checkpointer_of",
+    "delta_channels_replayed",
+    "delta_snapshots",
+    "graph_namespace",
+    "inside_parent_run",
+    "parent_context",
+    "reclass_compiled",
+    "retry_policy_retries",
+]
+
+CompiledT = TypeVar("CompiledT", bound="CompiledStateGraph[Any, Any, Any, Any]")
+
+
+def reclass_compiled(
+    compiled: CompiledStateGraph[Any, Any, Any, Any], cls: type[CompiledT], **extra: Any
+) -> CompiledT:
+    """`compiled` re-made as an instance of the subclass `cls`, with `extra` init arguments.
+
+    `CompiledStateGraph.copy` does the same inside LangGraph: a compiled graph
+    is rebuilt from its attributes (`__orig_class__` is typing's, not an init
+    argument).
+    """
+    attrs = {k: v for k, v in compiled.__dict__.items() if k != "__orig_class__"}
+    return cls(**attrs, **extra)
+
+
+def chat_model_provider(model: BaseChatModel) -> str:
+    """The provider LangChain reports for tracing (`ls_provider`), else the model's `_llm_type`.
+
+    `_get_ls_params` is the only place LangChain says which provider a chat
+    model talks to ("openai", "anthropic", …) without a live client.
+    """
+    try:
+        name = str(model._get_ls_params().get("ls_provider") or "")
+    except Exception:  # a model whose params need a live client, say
+        name = ""
+    return name or model._llm_type
+
+
+def delta_channels_replayed(saved: CheckpointTuple) -> set[str]:
+    """The `DeltaChannel`s whose value at `saved` is rebuilt from its ancestors.
+
+    Such a channel has a version but no stored value here. Its
+    `counters_since_delta_snapshot` entry (Beta metadata) is non-zero at every
+    checkpoint after its last snapshot, which tells it apart from a consumed
+    trigger channel that also has a version and no value.
+    """
+    counters = saved.metadata.get("counters_since_delta_snapshot") or {}
+    checkpoint = saved.checkpoint
+    return {
+        name
+        for name in counters
+        if name in checkpoint["channel_versions"] and name not in checkpoint["channel_values"]
+    }
+
+
+def waits_at(saved: CheckpointTuple, node: str) -> bool:
+    """Whether the saved checkpoint's next step runs `node`, read without loading its state.
+
+    LangGraph runs a node when a channel it is triggered by holds a value of a
+    version the node has not seen (a consumed trigger keeps a newer version but
+    no value); a graph's edges reach a node through `branch:to:<node>`.
+    """
+    channel = f"branch:to:{node}"
+    checkpoint = saved.checkpoint
+    if channel not in checkpoint["channel_values"]:
+        return False
+    version = checkpoint["channel_versions"].get(channel)
+    seen = checkpoint["versions_seen"].get(node, {}).get(channel)
+    # One saver's versions are all of one type (str, int or float), compared as Pregel does.
+    return version is not None and (seen is None or cast(Any, version) > seen)
+
+
+def delta_snapshots(
+    saver: BaseCheckpointSaver, config: RunnableConfig, specs: dict[str, DeltaChannel]
+) -> dict[str, DeltaSnapshot]:
+    """The full value of each channel in `specs` at the checkpoint `config` names, as a snapshot.
+
+    The walk LangGraph's loader does (`channels_from_checkpoint`): the nearest
+    stored seed, then the ancestors' writes after it, folded by the channel's
+    reducer. A `DeltaSnapshot` stored in a checkpoint's `channel_values` ends
+    that walk there, so the ancestors are no longer needed.
+    """
+    histories = saver.get_delta_channel_history(config=config, channels=list(specs))
+    snapshots = {}
+    for name, spec in specs.items():
+        channel = spec.from_checkpoint(histories[name].get("seed"))
+        channel.replay_writes(histories[name]["writes"])
+        snapshots[name] = DeltaSnapshot(channel.get())
+    return snapshots
+
+
+def inside_parent_run(config: RunnableConfig | None) -> bool:
+    """Whether `config` is that of a task of a running graph: a subgraph call, or a node or
+    tool passing its own config on (LangGraph then owns `checkpoint_ns`)."""
+    return CONFIG_KEY_TASK_ID in ((config or {}).get("configurable") or {})
+
+
+def parent_context(config: RunnableConfig | None) -> Any:
+    """The context of the graph whose task `config` is (a parent graph running this one as
+    a subgraph hands its runtime down in the config), or None."""
+    runtime = ((config or {}).get("configurable") or {}).get(CONFIG_KEY_RUNTIME)
+    return getattr(runtime, "context", None)
+
+
+def checkpointer_of(config: RunnableConfig | None) -> BaseCheckpointSaver | None:
+    """The saver a running graph's node is saved by (LangGraph hands it down in the config;
+    Studio's server injects its own there too)."""
+    saver = ((config or {}).get("configurable") or {}).get(CONFIG_KEY_CHECKPOINTER)
+    return saver if isinstance(saver, BaseCheckpointSaver) else None
+
+
+def graph_namespace(config: RunnableConfig | None) -> str:
+    """The checkpoint namespace of the graph a node runs in: a task's own namespace is
+    the graph's, then `|`, then the task's (`compact:<task id>` for the root graph)."""
+    ns = str(((config or {}).get("configurable") or {}).get("checkpoint_ns", ""))
+    return ns.rpartition(NS_SEP)[0]

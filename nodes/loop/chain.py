@@ -1,0 +1,150 @@
+"""The loop's round policies, in order, and the folds `call_model` runs over them.
+
+`round_policies` builds the chain from a `LoopConfig` at build time: each
+built-in behaviour that the config switches on, then the caller's own
+`LoopConfig.policies`. Order matters where policies meet:
+
+    Presence        before, first: a quiet group turn builds no view, wakes no
+                    tier and calls no model
+    StableCallIds   after: ids before anything pairs or replaces the reply
+    WakeTiers       before: capacity, so the tool offer sees awake tiers
+    Guardrails      before: a blocked request never costs a view or a call;
+                    after: a blocked reply, before it is labelled and closed
+    ContextView     before: the view
+    ToolOffer       before: the tools
+    Compaction      around, outermost: when due, compacts and sends the new view
+                    (not in graphs where `compact` is a step of its own)
+    FallbackModels  around: each fallback gets the inner wrappers too, and the
+                    compacted state
+    TokenAccounting around, inside the fallbacks: each call that returns counts
+                    once; outside the gate, which hands back the whole reply
+    ThinkingKnobs   around: knobs in the called provider's spelling, the gate
+    PromptCacheBreakpoints  around: Anthropic's `cache_control` marks on the
+                    called model's copy of the view (`context_layout="cache"`)
+    PersonaLabel    after
+    ClosingResults  after: calls that must never run
+    RoundLimit      after: calls past the last round
+    BatchHooks      before: `after_batch`; after: `before_batch`, once it is
+                    settled which calls run
+    …the caller's policies, in their order
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from langgraph.errors import GraphBubbleUp
+
+from nodes.capacity.policy import WakeTiers
+from nodes.compaction.policy import Compaction
+from nodes.context.policy import ContextView
+from nodes.core.policy import (
+    CallModel,
+    CallSteps,
+    Invoke,
+    ModelRequest,
+    Reply,
+    Round,
+    RoundPolicy,
+    hooks_block,
+)
+from nodes.fallbacks.policy import FallbackModels
+from nodes.guards.policy import Guardrails
+from nodes.presence.policy import Presence
+from nodes.prompt_cache.policy import PromptCacheBreakpoints
+from nodes.thinking.policy import ThinkingKnobs
+from nodes.token_accounting.policy import TokenAccounting
+from nodes.tools.batch_hooks import BatchHooks
+from nodes.tools.offer import ToolOffer
+from nodes.tools.replies import ClosingResults, PersonaLabel, StableCallIds
+from nodes.tools.round_limit import RoundLimit
+
+if TYPE_CHECKING:
+    from nodes.core.loop import Loop
+
+log = logging.getLogger("cyrene.policies")
+
+
+def round_policies(loop: Loop) -> PolicyChain:
+    """The chain for `loop.config`: the built-in policies it switches on, then the caller's."""
+    config = loop.config
+    chain: list[RoundPolicy] = [Presence(loop)] if config.group_reply != "always" else []
+    chain.append(StableCallIds())
+    if config.capacity is not None:
+        chain.append(WakeTiers(config.capacity, config.on_capacity))
+    if config.guards:
+        chain.append(Guardrails(config.guards, config.refusal_text))
+    chain += [ContextView(loop), ToolOffer(loop)]
+    if config.max_context_tokens != 0 and not config.model_view_step:
+        chain.append(Compaction(loop))
+    chain += [
+        FallbackModels(loop, loop.fallback_models, config.retry),
+        TokenAccounting(),
+        ThinkingKnobs(loop),
+    ]
+    if config.context_layout == "cache":
+        chain.append(PromptCacheBreakpoints(loop))
+    chain += [
+        PersonaLabel(),
+        ClosingResults(),
+        RoundLimit(config.max_rounds),
+    ]
+    if config.hooks.before_batch is not None or config.hooks.after_batch is not None:
+        chain.append(BatchHooks(config.hooks))
+    return PolicyChain((*chain, *config.policies))
+
+
+class PolicyChain:
+    """The ordered policies, split by hook once, with whether each fold may block."""
+
+    def __init__(self, policies: Sequence[RoundPolicy]) -> None:
+        self.policies = tuple(policies)
+        self.before = [p for p in self.policies if p.has("before_model")]
+        self.around = [p for p in self.policies if p.has("wrap_model_call")]
+        self.after = [p for p in self.policies if p.has("after_model")]
+        self.before_blocks = hooks_block(self.policies, "before_model")
+        self.after_blocks = hooks_block(self.policies, "after_model")
+
+    def plan(self, round: Round) -> Round:
+        """`before_model` of each policy, in order, until one answers the round."""
+        for policy in self.before:
+            _run(policy, "before_model", policy.before_model, round)
+            if round.answered:
+                break
+        return round
+
+    def call(self, round: Round, request: ModelRequest) -> CallSteps:
+        """The model call, wrapped by each policy, the first outermost."""
+        handler: CallModel = _invoke
+        for policy in reversed(self.around):
+            handler = _wrapped(policy, round, handler)
+        return (yield from handler(request))
+
+    def finish(self, round: Round, reply: Reply) -> Reply:
+        """`after_model` of each policy, in order."""
+        for policy in self.after:
+            _run(policy, "after_model", policy.after_model, round, reply)
+        return reply
+
+
+def _invoke(request: ModelRequest) -> CallSteps:
+    return (yield Invoke(request))
+
+
+def _wrapped(policy: RoundPolicy, round: Round, inner: CallModel) -> CallModel:
+    def call(request: ModelRequest) -> CallSteps:
+        return (yield from policy.wrap_model_call(round, request, inner))
+
+    return call
+
+
+def _run(policy: RoundPolicy, hook: str, fn: Callable[..., None], *args: Any) -> None:
+    """A policy's hook; if it fails, logged, and the round goes on without it."""
+    try:
+        fn(*args)
+    except GraphBubbleUp:
+        raise
+    except Exception:
+        log.exception("round policy %s failed in %s; the round goes on", policy.name, hook)

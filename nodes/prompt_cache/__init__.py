@@ -1,0 +1,1 @@
+"""Prompt-cache breakpoints at the end of the stable part of a request."""

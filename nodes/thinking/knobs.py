@@ -1,0 +1,69 @@
+"""Per-persona thinking knobs mapped onto each provider's request parameters.
+
+The seed resolves knobs per persona (`PersonaKnobs`) and injects them into
+every model request. Providers spell them differently: OpenAI-compatible APIs
+take `reasoning_effort`, Anthropic takes a `thinking` budget, Ollama a
+`reasoning` switch, Gemini a `thinking_budget`. A provider this module does not
+know gets no knobs at all — never an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from langchain_core.messages import BaseMessage
+
+from nodes.kernel.providers import Provider
+
+REASONING_BLOCK_TYPES = frozenset({"reasoning", "thinking", "redacted_thinking"})
+REASONING_KWARGS = ("reasoning_content", "reasoning")
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Resolved thinking knobs for one turn."""
+
+    thinking_budget: int | None = None
+    reasoning_effort: str | None = None
+    show_thinking: bool = True
+
+
+def request_kwargs(provider: Provider, knobs: Knobs) -> dict[str, Any]:
+    """Extra request parameters carrying the knobs for this provider."""
+    budget, effort = knobs.thinking_budget, knobs.reasoning_effort
+    if provider == "openai" and effort:
+        return {"reasoning_effort": effort}
+    if provider == "anthropic" and budget:
+        return {"thinking": {"type": "enabled", "budget_tokens": budget}}
+    if provider == "ollama" and (effort or budget):
+        return {"reasoning": effort or True}
+    if provider == "google" and budget is not None:
+        return {"thinking_budget": budget}
+    return {}
+
+
+def has_reasoning(message: BaseMessage) -> bool:
+    content = message.content
+    blocks = content if isinstance(content, list) else []
+    return any(
+        isinstance(b, dict) and b.get("type") in REASONING_BLOCK_TYPES for b in blocks
+    ) or any(k in message.additional_kwargs for k in REASONING_KWARGS)
+
+
+MessageT = TypeVar("MessageT", bound=BaseMessage)
+
+
+def without_reasoning(message: MessageT) -> MessageT:
+    """A copy of the message with thinking removed (content blocks and provider kwargs)."""
+    if not has_reasoning(message):
+        return message
+    content = message.content
+    if isinstance(content, list):
+        content = [
+            b
+            for b in content
+            if not (isinstance(b, dict) and b.get("type") in REASONING_BLOCK_TYPES)
+        ]
+    kwargs = {k: v for k, v in message.additional_kwargs.items() if k not in REASONING_KWARGS}
+    return message.model_copy(update={"content": content, "additional_kwargs": kwargs})

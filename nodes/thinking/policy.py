@@ -1,0 +1,137 @@
+"""Keep a model's thinking out of the user's stream while the transcript keeps it.
+
+LangGraph's `stream_mode="messages"` forwards every chunk a chat model yields.
+`ThinkingGate` wraps the real model: the real model runs untagged for
+streaming (`nostream`), and the gate yields each chunk with its reasoning
+removed, so the stream carries the reply text in real time but no thinking.
+The complete message, thinking included, is captured for the transcript.
+
+`ThinkingKnobs` is the round policy: it sends each persona's thinking knobs
+(budget, effort) in the spelling of the provider called, and puts the gate
+around the call when the persona's thinking is not shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any, cast
+
+from langchain_core.callbacks import (
+    AsyncCallbackManager,
+    AsyncCallbackManagerForLLMRun,
+    CallbackManager,
+)
+from langchain_core.callbacks.manager import BaseRunManager
+from langchain_core.messages import AIMessageChunk, BaseMessage, message_chunk_to_message
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable, RunnableConfig
+from langgraph.constants import TAG_NOSTREAM
+from pydantic import Field
+
+from nodes.core.policy import CallModel, CallSteps, ModelRequest, Round, RoundPolicy
+from nodes.kernel.chat_model import Kwargs, Messages, ReplyChatModel, RunManager
+from nodes.thinking.knobs import request_kwargs, without_reasoning
+
+if TYPE_CHECKING:
+    from nodes.core.loop import Loop
+
+
+def _inner_config(run_manager: BaseRunManager | None) -> RunnableConfig:
+    """The inner model runs as a child of the gate's run, untagged for streaming.
+
+    An LLM run manager has no `get_child` (only chains do), so the child
+    manager is built the way `ParentRunManager.get_child` builds one.
+    """
+    if run_manager is None:
+        return {"tags": [TAG_NOSTREAM]}
+    child_class = (
+        AsyncCallbackManager
+        if isinstance(run_manager, AsyncCallbackManagerForLLMRun)
+        else CallbackManager
+    )
+    child = child_class(handlers=[], parent_run_id=run_manager.run_id)
+    child.set_handlers(run_manager.inheritable_handlers)
+    child.add_tags(run_manager.inheritable_tags)
+    child.add_metadata(run_manager.inheritable_metadata)
+    return {"callbacks": child, "tags": [TAG_NOSTREAM]}
+
+
+class ThinkingGate(ReplyChatModel):
+    """A one-shot wrapper: stream the inner model's reply without its reasoning."""
+
+    inner: Runnable[Any, BaseMessage]
+    captured: list[BaseMessage] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "cyrene-thinking-gate"
+
+    def reply(self, messages: Messages, run_manager: RunManager, kwargs: Kwargs) -> BaseMessage:
+        full = self.inner.invoke(messages, _inner_config(run_manager))
+        self.captured.append(full)
+        return without_reasoning(full)
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        full = await self.inner.ainvoke(messages, _inner_config(run_manager))
+        self.captured.append(full)
+        return ChatResult(generations=[ChatGeneration(message=without_reasoning(full))])
+
+    def stream_reply(
+        self, messages: Messages, run_manager: RunManager, kwargs: Kwargs
+    ) -> Iterator[AIMessageChunk]:
+        full: AIMessageChunk | None = None
+        for chunk in self.inner.stream(messages, _inner_config(run_manager)):
+            piece = cast(AIMessageChunk, chunk)  # a chat model streams chunks
+            full = piece if full is None else full + piece
+            yield without_reasoning(piece)
+        self._capture_stream(full)
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        full: AIMessageChunk | None = None
+        async for chunk in self.inner.astream(messages, _inner_config(run_manager)):
+            piece = cast(AIMessageChunk, chunk)  # a chat model streams chunks
+            full = piece if full is None else full + piece
+            yield ChatGenerationChunk(message=without_reasoning(piece))
+        self._capture_stream(full)
+
+    def _capture_stream(self, full: AIMessageChunk | None) -> None:
+        if full is not None:
+            self.captured.append(message_chunk_to_message(full))
+
+    def transcript_message(self, visible: BaseMessage) -> BaseMessage:
+        """The full reply (with thinking) under the id the stream used."""
+        full = self.captured[-1] if self.captured else visible
+        return full.model_copy(update={"id": visible.id})
+
+
+class ThinkingKnobs(RoundPolicy):
+    """Around each model call: the persona's thinking budget and reasoning effort in the
+    called provider's spelling (a fallback of another family gets its own), and the
+    `ThinkingGate` when the persona's thinking must not reach the stream."""
+
+    blocking = False
+
+    def __init__(self, loop: Loop) -> None:
+        self.loop = loop
+
+    def wrap_model_call(self, round: Round, request: ModelRequest, call: CallModel) -> CallSteps:
+        knobs = self.loop.knobs_for(round.persona_id)
+        if settings := request_kwargs(self.loop.family(request.model), knobs):
+            request = request.override(settings={**request.settings, **settings})
+        if knobs.show_thinking or not round.streamed:
+            return (yield from call(request))
+        gate = ThinkingGate(inner=request.runnable or request.bound())
+        visible = yield from call(request.override(runnable=gate))
+        return gate.transcript_message(visible)

@@ -1,0 +1,101 @@
+"""`dispatch_tools`: run one requested tool call per task, under the loop's policy.
+
+The node is LangGraph's own `ToolNode` (argument validation, unknown tools and
+exceptions become error results), fed one call per `Send` as `create_agent`
+does — so a crash mid-batch re-runs only the calls that had not finished. The
+policy wraps each call: restricted sessions refuse anything outside
+`restricted_tools` with a soft `not_allowed` result and an audit event (a hard
+boundary that capacity, hooks and the model cannot lift), then `before_call`
+may veto, then the call runs and `after_call` sees the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from langchain_core.messages import ToolMessage
+from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
+
+from nodes.core.env import SessionEnv, env_of
+from nodes.core.loop import Loop
+from nodes.kernel.steps import off_loop
+from nodes.kernel.tool_results import denied_in_restricted, vetoed_result
+from nodes.tools.hooks import AuditEvent, run_hook
+
+ToolOutcome = ToolMessage | Command
+
+
+def audit_denial(loop: Loop, request: ToolCallRequest, env: SessionEnv) -> None:
+    """Report a restricted-session denial to `on_audit` and the custom stream."""
+    call, runtime = request.tool_call, request.runtime
+    state = request.state if isinstance(request.state, dict) else {}
+    event = AuditEvent(
+        tool=call["name"],
+        arguments=dict(call.get("args") or {}),
+        actor=env.actor,
+        persona_id=loop.persona_for(env),
+        session_id=loop.session_id(env, runtime.config),
+        turn_id=loop.turn_id(env, state.get("messages", [])),
+        reason="tool not in restricted_tools",
+        tool_call_id=str(call["id"]),  # ids are made stable before any call runs
+    )
+    run_hook("on_audit", loop.config.on_audit, event)
+    if runtime.stream_writer is not None:
+        runtime.stream_writer(event.to_dict())
+
+
+def refusal(loop: Loop, request: ToolCallRequest) -> ToolMessage | None:
+    """The soft result replacing a call the loop will not run, or None to run it."""
+    env, call = env_of(request.runtime), request.tool_call
+    if env.restricted and call["name"] not in loop.config.restricted_tools:
+        audit_denial(loop, request, env)
+        return denied_in_restricted(call)
+    reason = run_hook("before_call", loop.config.hooks.before_call, call, env)
+    return vetoed_result(call, str(reason)) if reason else None
+
+
+def report_call(loop: Loop, request: ToolCallRequest, result: ToolOutcome) -> None:
+    """`after_call` sees every call that ran, with its result."""
+    run_hook(
+        "after_call",
+        loop.config.hooks.after_call,
+        request.tool_call,
+        result,
+        env_of(request.runtime),
+    )
+
+
+def make_dispatch_tools(loop: Loop) -> ToolNode:
+    """A `ToolNode` named `dispatch_tools` whose every call passes the loop's policy."""
+
+    def guarded(request: ToolCallRequest, execute: Callable[[ToolCallRequest], ToolOutcome]):
+        if (refused := refusal(loop, request)) is not None:
+            return refused
+        result = execute(request)
+        report_call(loop, request, result)
+        return result
+
+    # Audit sinks and hooks are the caller's code: they may block (files, HTTP).
+    hooks = loop.config.hooks
+    vet_hops = loop.config.on_audit is not None or hooks.before_call is not None
+    report_hops = hooks.after_call is not None
+
+    async def aguarded(
+        request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolOutcome]]
+    ):
+        config = request.runtime.config
+        if (refused := await off_loop(vet_hops, config, refusal, loop, request)) is not None:
+            return refused
+        result = await execute(request)
+        await off_loop(report_hops, config, report_call, loop, request, result)
+        return result
+
+    return ToolNode(
+        list(loop.config.tools),
+        name="dispatch_tools",
+        handle_tool_errors=True,
+        wrap_tool_call=guarded,
+        awrap_tool_call=aguarded,
+    )

@@ -1,0 +1,1 @@
+"""`cyrene`, the command line: turns, sessions, memory, and `cyrene studio`."""
