@@ -3,12 +3,12 @@
     python -m tests.bench.cli            # 15 runs of each, README rows
     python -m tests.bench.cli --quick    # 5 runs, to check that it runs
 
-Each command runs as a user runs it, `python -m studio.cli …` in a fresh
+Each command runs as a user runs it, `python -m studio.cli.main …` in a fresh
 interpreter, on a data folder of 5 demo-world sessions of 10 turns each (a
 tool round in every session, so the checkpoints hold LangGraph `Send`s). The
 peer is what every command paid before the front door was made lazy: a
 fresh interpreter importing the loop and the demo world (`graph.builder`,
-`studio.demo`: LangGraph, LangChain, chromadb). Each row gives the median
+`studio.demo.world`: LangGraph, LangChain, chromadb). Each row gives the median
 wall time and, in brackets, the median CPU time (user + system) of the
 child, which a busy machine moves less.
 """
@@ -28,7 +28,7 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 
 from graph import SessionEnv, build_graph, open_checkpointer
-from studio.demo import demo_config
+from studio.demo.world import demo_config
 from tests.bench.table import print_bench
 
 Row = tuple[str, str, str, float | str, str]
@@ -85,8 +85,8 @@ def bench_cli(quick: bool) -> list[Row]:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         fill(data)
-        peer = medians(["-c", "import graph.builder, studio.demo"], runs)
-        cli = ["-m", "studio.cli", "--data", str(data)]
+        peer = medians(["-c", "import graph.builder, studio.demo.world"], runs)
+        cli = ["-m", "studio.cli.main", "--data", str(data)]
         help_ = medians([*cli, "--help"], runs)
         history = medians([*cli, "history", "s0"], runs)
         sessions = medians([*cli, "sessions"], runs)

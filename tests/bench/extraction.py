@@ -40,8 +40,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 
 from graph import LoopConfig, Persona, build_graph, open_checkpointer, wait_for_extractions
 from memory import Extractor, MemoryItem, MemoryStore, Scope
-from memory.background import queue_depth
-from memory.transcript import last_human, message_text
+from nodes.extraction.background import queue_depth
+from nodes.kernel.messages import last_human, message_text
 from tests.bench.table import ROWS, elapsed_ms, row
 from tests.conftest import free_port, wait_for_port
 from tests.scripted import ScriptedChatModel

@@ -48,7 +48,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from graph import LoopConfig, Persona, build_graph, open_checkpointer, prune_checkpoints
 from graph.storage.retention import DEFAULT_KEEP
-from studio.offline_model import OfflineChatModel
+from studio.demo.offline_model import OfflineChatModel
 
 TURNS, QUICK_TURNS = 10_000, 300
 PEER_STOP = 1_000

@@ -39,11 +39,11 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage
 
 from memory import Fusion, HashingEmbedding, MemoryItem, MemoryStore, MultilingualEmbedding, Scope
-from memory.duplicates import DUPLICATE_COSINE, near_duplicate
 from memory.embedding import cosines
 from memory.items import Source
-from memory.operations import Add, Operation, Recalled, Supersede
-from memory.planning import apply_changes, plan_extraction
+from memory.lifecycle.duplicates import DUPLICATE_COSINE, near_duplicate
+from memory.lifecycle.operations import Add, Operation, Recalled, Supersede
+from nodes.extraction.planning import apply_changes, plan_extraction
 from tests.bench.table import ROWS, elapsed_ms, row
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "memory_recall.jsonl"
@@ -236,7 +236,7 @@ def bench_updates(folder: Path, data: RecallSet) -> None:
 
 
 def bench_duplicates(data: RecallSet) -> None:
-    """The near-duplicate rule (`memory.duplicates`) on reworded pairs, update pairs and
+    """The near-duplicate rule (`memory.lifecycle.duplicates`) on reworded pairs, update pairs and
     pairs of distinct facts."""
     embedding = MultilingualEmbedding()
 

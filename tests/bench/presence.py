@@ -5,7 +5,7 @@
 
 One scripted group session of six speakers, replayed under each policy
 (`always`, `mentioned`, `judged` with the offline scorer) in the demo world's
-group setting (`studio.demo.demo_config`: restricted memory search, a
+group setting (`studio.demo.world.demo_config`: restricted memory search, a
 compaction budget, the image describer, capacity tiers, the turn-end hook),
 to a zero-latency model, on the in-memory saver and on SQLite. About 10 % of the messages
 address the persona: by name, by nickname (Chinese and Latin), with and
@@ -35,8 +35,8 @@ from typing import Any
 from langchain_core.messages import AIMessage, HumanMessage
 
 from graph import SessionEnv, build_graph, open_checkpointer
-from nodes.policies.presence import quiet_reason
-from studio.demo import demo_config
+from nodes.presence.policy import quiet_reason
+from studio.demo.world import demo_config
 from tests.bench.table import print_bench
 from tests.scripted import ScriptedChatModel
 

@@ -240,10 +240,10 @@ def bench_checkpoint_growth(folder: Path) -> None:
 
 def bench_compaction_view(repeat: int) -> None:
     """A 10,000-message session: the first fold, then assembling the view every round after."""
-    from nodes.compact import make_compact
-    from nodes.env import SessionEnv
-    from nodes.loop import Loop
-    from nodes.view.assemble import view_of_state
+    from nodes.compaction.node import make_compact
+    from nodes.context.assemble import view_of_state
+    from nodes.core.env import SessionEnv
+    from nodes.core.loop import Loop
 
     messages = []
     for i in range(5000):
