@@ -1,4 +1,4 @@
-"""Cyrene's agent loop as a LangGraph graph: the public API (DESIGN §7).
+"""Cyrene's agent loop as a LangGraph graph: the public API.
 
 Every name is imported on first use (`nodes.kernel.lazy`), so a reader of one
 submodule (`cyrene history`) does not load the whole loop.

@@ -1,4 +1,4 @@
-"""`build_graph`: the loop's `StateGraph`, wired as DESIGN §3 draws it.
+"""`build_graph`: the loop's `StateGraph`, wired as the README's graph draws it.
 
 START → resolve_vision → compact → assemble_context → call_model
                            ↑                                │ tool calls and round < max_rounds
@@ -167,7 +167,7 @@ class Stages:
 def add_edges(
     graph: StateGraph[Any, SessionEnv, Any, Any], config: LoopConfig, stages: Stages
 ) -> None:
-    """Wire the seven nodes as DESIGN §3 draws them; every node stays in the drawing."""
+    """Wire the seven nodes as the README's graph draws them; every node stays in the drawing."""
     sequential = config.tool_execution == "sequential"
     round_starts = [COMPACT, ASSEMBLE, CALL]
     start_route = (
@@ -204,7 +204,7 @@ def build_graph(
 ) -> CyreneGraph:
     """Compile the loop for `config` into a LangGraph graph.
 
-    Every stage of DESIGN §3 is a node; stages that `config` switches off are
+    Every stage of the loop is a node; stages that `config` switches off are
     routed around (each superstep costs a checkpoint) but stay in the drawing.
 
     Args:

@@ -1,4 +1,4 @@
-"""Scoped long-term memory for the loop (DESIGN §4).
+"""Scoped long-term memory for the loop.
 
 Every name is imported on first use (`nodes.kernel.lazy`): reading a transcript needs
 no Chroma, and `cyrene --help` none of the loop.

@@ -44,7 +44,7 @@ def _clean_optional(value: str | None) -> str | None:
 
 
 class Scope(StrEnum):
-    """Who may read a memory (DESIGN §4)."""
+    """Who may read a memory (`memory.retrieval.search` applies it)."""
 
     PERSONA = "persona"
     """One persona's private daily memory — the owner's sensitive data."""

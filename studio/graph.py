@@ -44,7 +44,7 @@ def data_folder() -> Path:
 
 
 def make_config(**overrides: Any) -> LoopConfig:
-    """The demo world over the data folder, with every stage of DESIGN §3 its own step
+    """The demo world over the data folder, with every stage of the loop its own step
     (Studio shows each round's model view as `assemble_context`'s update)."""
     model, _ = demo_model()
     reply = os.environ.get(GROUP_REPLY_ENV)

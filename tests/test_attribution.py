@@ -1,4 +1,4 @@
-"""Speaker attribution: every branch of the seed, exact strings, and the graph-level view."""
+"""Speaker attribution: every branch, exact strings, and the graph-level view."""
 
 from __future__ import annotations
 
@@ -191,7 +191,7 @@ def test_describe_speaker_for_summaries():
 
 
 # Without a time block, working memory or memories, both layouts send the same view.
-LAYOUTS = pytest.mark.parametrize("layout", ["seed", "cache"])
+LAYOUTS = pytest.mark.parametrize("layout", ["round_first", "cache"])
 
 
 @LAYOUTS

@@ -99,7 +99,7 @@ def test_names_are_normalised_once_and_capped():
 # -- finding 2: a display name could write system text ---------------------------------
 
 
-@pytest.mark.parametrize("layout", ["seed", "cache"])
+@pytest.mark.parametrize("layout", ["round_first", "cache"])
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_a_display_name_cannot_close_its_quote_or_start_a_line(provider, layout):
     model = endless(provider)
@@ -126,7 +126,7 @@ def test_notes_quote_names_that_bypassed_the_boundary():
     assert WELL_FORMED_NOTE.fullmatch(note) and "\n" not in note
     leading = encode_for_provider("leading", [], result)
     assert all(WELL_FORMED_NOTE.fullmatch(n) for n in notes_of(leading))
-    assert quoted("小明") == "「小明」", "ordinary names keep DESIGN §6's exact wire strings"
+    assert quoted("小明") == "「小明」", "ordinary names keep their exact wire strings"
 
 
 # -- finding 4: a context of the wrong type ran as the owner ---------------------------
@@ -185,7 +185,7 @@ IMAGES = {
 }
 
 
-@pytest.mark.parametrize("layout", ["seed", "cache"])
+@pytest.mark.parametrize("layout", ["round_first", "cache"])
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 @pytest.mark.parametrize("case", list(IMAGES))
 def test_image_blocks_are_normalised_so_every_later_turn_renders(provider, case, layout):

@@ -1,6 +1,6 @@
 """`context_layout="cache"` (issue 20): what stays the same first, what changes every round last.
 
-The default `"seed"` layout is the seed's order exactly (the attribution suites
+The default `"round_first"` layout is the reference order exactly (the attribution suites
 assert it). Here: the cache layout's order in each encoding, checked on the
 real OpenAI and Anthropic request payloads (offline); that each request
 repeats the previous one up to its round blocks (OpenAI) or its last
@@ -77,10 +77,10 @@ def texts(view) -> list[tuple[str, str]]:
     return [(m.type, m.text) for m in view]
 
 
-def test_seed_is_the_default_and_keeps_the_seeds_order(store):
+def test_round_first_is_the_default_and_keeps_the_reference_order(store):
     model = ScriptedChatModel(provider="openai")
-    assert make_config(model).context_layout == "seed"
-    assert texts(second_request(model, store, "seed")) == [
+    assert make_config(model).context_layout == "round_first"
+    assert texts(second_request(model, store, "round_first")) == [
         ("system", "你是昔涟。"),
         ("system", TIME),
         ("system", WORKING),
@@ -184,9 +184,10 @@ def test_each_openai_request_repeats_the_last_one_up_to_its_round_blocks(store):
         assert after[len(stable) : len(before)] != before[len(stable) :], "they did change"
 
 
-def test_under_seed_the_time_block_ends_the_repeated_prefix(store):
+def test_round_first_the_time_block_ends_the_repeated_prefix(store):
     requests = [
-        rendered("openai", view)["messages"] for view in settled_turns(store, "openai", "seed")
+        rendered("openai", view)["messages"]
+        for view in settled_turns(store, "openai", "round_first")
     ]
     for before, after in pairwise(requests):
         assert after[0] == before[0] and after[1] != before[1]
@@ -203,8 +204,8 @@ def test_each_anthropic_request_reuses_the_last_ones_breakpoint(store):
         assert anthropic_cached(before, after) > 0.5 * after.size
 
 
-def test_under_seed_anthropic_caches_nothing(store):
-    requests = [anthropic_payload(v) for v in settled_turns(store, "anthropic", "seed")]
+def test_round_first_anthropic_caches_nothing(store):
+    requests = [anthropic_payload(v) for v in settled_turns(store, "anthropic", "round_first")]
     assert all(not payload.marks for payload in requests), "no breakpoints: exactly as before"
 
 

@@ -361,7 +361,7 @@ def test_manual_extractor_remembers_inline(store):
 
 
 class PersonaBlind:
-    """An extractor as the seed means it: it does not know the persona, and may repeat itself."""
+    """An extractor as the loop means it: it does not know the persona, and may repeat itself."""
 
     background = False
 

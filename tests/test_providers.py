@@ -61,7 +61,7 @@ def conversation_only(view) -> list:
 
 # Without a time block, working memory or memories, both layouts send the same order; under
 # "cache" an Anthropic request also carries its `cache_control` marks.
-LAYOUTS = pytest.mark.parametrize("layout", ["seed", "cache"])
+LAYOUTS = pytest.mark.parametrize("layout", ["round_first", "cache"])
 
 
 @LAYOUTS

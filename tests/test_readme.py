@@ -34,11 +34,30 @@ def test_the_first_screen_says_what_this_is_then_gives_the_two_commands():
     assert tests in ci.splitlines(), ".ci/run runs the README's test command verbatim"
 
 
+# What the repository was specified from is not in it: no text may send a reader there.
+OUTSIDE = re.compile(r"\.\./shared|DESIGN(\.md| §)|\bseeds?\b ?`|the seed's| \(seed\)|seed layout")
+
+
+def shipped_texts() -> list:
+    """The code, the docs and the tests (but this test's own pattern)."""
+    found = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    for package in ("graph", "nodes", "memory", "studio", "tests"):
+        found += sorted((REPO / package).rglob("*.py")) + sorted((REPO / package).rglob("*.md"))
+    return [path for path in found if path != REPO / "tests" / "test_readme.py"]
+
+
 def test_nothing_points_outside_the_repository():
-    assert "../" not in README and "DESIGN.md" not in README
+    assert "../" not in README
     for link in re.findall(r"\]\(([^)#]+)\)", README):
         if not link.startswith("http"):
             assert (REPO / link).exists(), link
+    pointing = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in shipped_texts()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if OUTSIDE.search(line)
+    ]
+    assert pointing == [], "these lines point at documents outside the repository"
 
 
 def test_the_diagram_is_what_cyrene_graph_prints():

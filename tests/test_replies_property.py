@@ -119,7 +119,7 @@ def build_reply(spec: ReplySpec, tokens: itertools.count) -> AIMessage:
 GRAPHS: dict[str, Any] = {}
 
 
-LAYOUTS = {"seed": {}, "cache": {"context_layout": "cache", "timezone": "UTC"}}
+LAYOUTS = {"round_first": {}, "cache": {"context_layout": "cache", "timezone": "UTC"}}
 """The cache layout with a time block, so every request ends with the round's own blocks."""
 
 

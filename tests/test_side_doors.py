@@ -103,7 +103,7 @@ def system_lines(request_messages) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("layout", ["seed", "cache"])
+@pytest.mark.parametrize("layout", ["round_first", "cache"])
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 @pytest.mark.parametrize(
     "env", [SessionEnv(actor="owner"), SessionEnv(actor="group")], ids=["owner", "group"]

@@ -26,7 +26,7 @@ CALL_IDS = ["c1", "c2", "c3"]
 
 
 def defined(current: list[BaseMessage], writes: list[list[BaseMessage]]) -> list[BaseMessage]:
-    """The reducer as DESIGN states it, with no shortcut."""
+    """The reducer as its docstring states it, with no shortcut."""
     batch = [m for write in writes for m in write]
     return close_interrupted_calls(add_messages(current, kept_apart(current, batch)))
 

@@ -1,4 +1,4 @@
-"""Write policy: what an extractor's output may become (seed `persistMemories`)."""
+"""Write policy: what an extractor's output may become."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def stamp(
 ) -> MemoryItem | None:
     """Re-issue an extracted item, the `position`-th the turn writes, as the turn's.
 
-    Extractors deliberately do not know the persona (seed `persistMemories`),
+    Extractors deliberately do not know the persona,
     so a persona-scope item usually arrives without one. Whatever the
     extractor put in `persona_id` or `source` is overwritten anyway: a
     persona-scope memory can only land in the persona that produced the turn,

@@ -1,4 +1,4 @@
-"""The memory block the model sees (DESIGN §6; seed `formatMemoryBlock`).
+"""The memory block the model sees: a heading and one line per memory, exact wire strings.
 
 A memory is data, never structure: whoever wrote it (an extractor reading the
 owner's words, an import, a tool), its content and kind reach the model as

@@ -1,4 +1,4 @@
-"""Ranking: relevance × decay (seed `Retriever`), as plain functions.
+"""Ranking: relevance × decay, as plain functions.
 
 Relevance is the embedding's cosine similarity, fused (`Fusion`) with the
 lexical similarity of their n-grams and discounted when the memory is

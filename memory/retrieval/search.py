@@ -51,7 +51,7 @@ class Search:
         def _collection(self, bucket: str, *, create: bool) -> Collection | None: ...
 
     def readable_buckets(self, persona_id: str | None, restricted: bool) -> builtins.list[str]:
-        """DESIGN §4 read set: P's persona scope ∪ user ∪ project; restricted → user ∪ project."""
+        """The read set: P's persona scope ∪ user ∪ project; restricted → user ∪ project."""
         if restricted or not persona_id:
             return builtins.list(_SHARED_BUCKETS)
         return [bucket_name(Scope.PERSONA, persona_id), *_SHARED_BUCKETS]

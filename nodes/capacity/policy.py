@@ -1,4 +1,4 @@
-"""Wake-style progressive capability (the seed's `capacity.Decider`).
+"""Wake-style progressive capability.
 
 Tools are grouped in tiers. A session starts with the first tier awake; a tier
 wakes when the user's message matches one of its triggers, or when the model
@@ -90,7 +90,7 @@ class CapacityEvent:
 
 
 class CapacityPolicy(BaseModel):
-    """Which tools the model is offered, tier by tier (the seed's `capacity.Decider`).
+    """Which tools the model is offered, tier by tier.
 
     The first tier is awake from the start and never decays; the others wake
     on a trigger in the user's text or when the model uses one of their tools,

@@ -1,4 +1,4 @@
-"""Context compaction (seed `compactIfNeeded`): summarise older turns, keep the tail whole.
+"""Context compaction: summarise older turns, keep the tail whole.
 
 The transcript is never shortened. State keeps a `summary` — its text and the
 id of the last message it covers — and the model view becomes

@@ -4,8 +4,8 @@ Blocks: persona instructions, current time (only with a valid zone), working
 memory (the caller's text, as one line of data: `nodes.kernel.text.as_data`), memory block (retrieval re-run every round from the latest user
 text), the compaction summary when there is one, role declaration, and the
 conversation with speaker notes. `LoopConfig.context_layout` places them
-(`nodes.context.layout`): by default in the seed's order (`assembleContext`,
-DESIGN §3, the instructions always the first system message), or with the
+(`nodes.context.layout`): by default round first (the
+round's blocks right after the instructions, which are always the first system message), or with the
 blocks that change every round last. Then the caller's
 `transform_context(messages, round)`. Nothing here is written to the
 transcript.

@@ -1,4 +1,4 @@
-"""Speaker attribution: who said what, as the seed's `attribution.go` renders it.
+"""Speaker attribution: who said what, in exact wire strings.
 
 Three structural facts decide attribution, all from message metadata, never
 from text:
@@ -135,7 +135,7 @@ def attribute_conversation(
     current: str | None,
     display_name: NameLookup,
 ) -> Attribution:
-    """Insert a note wherever the attributed speaker changes (seed `attributeConversation`)."""
+    """Insert a note wherever the attributed speaker changes."""
     if not any_speaker_label(messages):
         return Attribution(None, list(messages), {})
     out: list[BaseMessage] = []

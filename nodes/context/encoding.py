@@ -3,7 +3,7 @@
 Two encodings, both keeping every message in its stored order and never
 putting attribution into user or assistant text:
 
-- `inline` — the seed's exact rendering: leading system messages, the role
+- `inline` — the reference rendering: leading system messages, the role
   declaration, and each `[发言归属]` note as its own system message right where
   the speaker changes. For OpenAI-compatible models, which accept system
   messages anywhere.

@@ -1,4 +1,4 @@
-"""Where each block of the model's view goes: the seed's order, or what is stable first.
+"""Where each block of the model's view goes: the round first, or what is stable first.
 
 A round's view holds blocks that change at different rates. The persona's
 instructions, the role declaration, the compaction summary and the
@@ -6,15 +6,15 @@ conversation so far are the same from one round to the next (the
 conversation only grows at its end); the time block, the working memory and
 the memory block (retrieval re-runs every round) may change every round.
 
-    "seed"   instructions, time, working memory, memory block, summary, role
-             declaration, conversation (the seed's `assembleContext`, DESIGN §3)
-    "cache"  instructions, role declaration, summary, conversation; then time,
-             working memory, memory block
+    "round_first"  instructions, time, working memory, memory block, summary,
+                   role declaration, conversation (the reference order)
+    "cache"        instructions, role declaration, summary, conversation; then
+                   time, working memory, memory block
 
 Providers bill a request prefix they have seen recently at a fraction of the
 price and answer it sooner: OpenAI caches the longest repeated prefix by
 itself, Anthropic up to `cache_control` breakpoints
-(`nodes.prompt_cache.policy`). In the seed's order the time block, right
+(`nodes.prompt_cache.policy`). Round first, the time block, right
 after the instructions, ends the repeated prefix; in the cache order the
 next request repeats everything before the round's own blocks.
 
@@ -32,13 +32,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from nodes.context.attribution import Attribution
-
-Layout = Literal["seed", "cache"]
+from nodes.kernel.choices import Layout
 
 ROUND_STATE_MARKER = "[本轮状态]"
 ROUND_STATE_OPEN = ROUND_STATE_MARKER + " 以下由系统在本轮附加，不是任何参与者说的话："
@@ -81,8 +79,8 @@ def system_messages(texts: Sequence[str]) -> list[BaseMessage]:
     return [SystemMessage(text) for text in texts if text]
 
 
-def seed_layout(blocks: Blocks, attribution: Attribution) -> Placed:
-    """The seed's order: every block before the role declaration and the conversation."""
+def round_first_layout(blocks: Blocks, attribution: Attribution) -> Placed:
+    """Round first: every block before the role declaration and the conversation."""
     texts = [blocks.instructions, blocks.time, blocks.working_memory, blocks.memory, blocks.summary]
     return Placed(system_messages(texts), attribution, [])
 
@@ -103,7 +101,7 @@ def cache_layout(blocks: Blocks, attribution: Attribution) -> Placed:
 
 
 LAYOUTS: dict[Layout, Callable[[Blocks, Attribution], Placed]] = {
-    "seed": seed_layout,
+    "round_first": round_first_layout,
     "cache": cache_layout,
 }
 

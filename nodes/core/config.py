@@ -1,7 +1,6 @@
 """`LoopConfig` and `Persona`: every knob of the loop, validated at the boundary.
 
-Each field maps to a knob of the seed's `loop.Options` (options.go); the README's
-configuration table lists them all. Validation happens when the config is built
+The README's configuration table lists every field. Validation happens when the config is built
 (so `build_graph(LoopConfig(...))` fails before any graph exists), and every
 error names the offending field.
 """
@@ -26,7 +25,7 @@ from nodes.capacity.policy import CapacityEvent, CapacityPolicy, repeated
 from nodes.core.policy import RoundPolicy
 from nodes.core.protocols import Compactor, ImageDescriber, ReplyJudge
 from nodes.guards.policy import Guard
-from nodes.kernel.choices import GroupReply
+from nodes.kernel.choices import GroupReply, Layout
 from nodes.kernel.provider_errors import retry_policy
 from nodes.tools.hooks import AuditEvent, ToolHooks
 
@@ -65,8 +64,7 @@ def refuse_unknown_fields(cls: type[BaseModel], data: Any) -> Any:
 class Persona(BaseModel):
     """One voice of the companion: its system prompt, display name and thinking knobs.
 
-    Knobs left at `None` inherit the loop-wide defaults in `LoopConfig`
-    (the seed's `PersonaKnobs` falling back to `Options.Thinking` & co.).
+    Knobs left at `None` inherit the loop-wide defaults in `LoopConfig`.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True, extra="forbid")
@@ -105,7 +103,7 @@ class Persona(BaseModel):
 
 
 class LoopConfig(BaseModel):
-    """Everything `build_graph` needs. Field order follows DESIGN §7.
+    """Everything `build_graph` needs. Field order follows the README's configuration table.
 
     Unknown fields are refused, naming the closest real one.
     """
@@ -233,9 +231,9 @@ class LoopConfig(BaseModel):
         default="auto",
         description='`"inline"` (each attribution note a system message in place: OpenAI-style providers) or `"leading"` (one leading system message with a note index: single-system-message providers); `"auto"` picks per provider',
     )
-    context_layout: Literal["seed", "cache"] = Field(
-        default="seed",
-        description='`"seed"`: the reference order (instructions, time, working memory, memories, summary, role declaration, conversation); `"cache"`: what stays the same between rounds first (instructions, role declaration, summary, conversation), time, working memory and memories at the end, with Anthropic `cache_control` breakpoints, so providers can reuse the cached prefix (README "What the model sees")',
+    context_layout: Layout = Field(
+        default="round_first",
+        description='`"round_first"`: the blocks of the round first (instructions, time, working memory, memories, summary, role declaration, conversation); `"cache"`: what stays the same between rounds first (instructions, role declaration, summary, conversation), time, working memory and memories at the end, with Anthropic `cache_control` breakpoints, so providers can reuse the cached prefix (README "What the model sees")',
     )
     extraction_timeout: float = Field(
         default=60.0,
@@ -342,7 +340,7 @@ class LoopConfig(BaseModel):
         return [t.name for t in self.tools]
 
     def zone(self) -> ZoneInfo | None:
-        """The IANA zone for the time block; an invalid name warns and turns it off (seed)."""
+        """The IANA zone for the time block; an invalid name warns and turns it off."""
         if not self.timezone:
             return None
         try:

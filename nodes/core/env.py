@@ -21,7 +21,7 @@ RESTRICTED_ACTORS: frozenset[str] = frozenset({"group", "stranger"})
 
 
 class SessionEnv(BaseModel):
-    """Immutable facts about one run of the loop (the seed's `SessionEnv`).
+    """Immutable facts about one run of the loop.
 
     Every field is optional so that `SessionEnv()` means "the owner, the default
     persona, session = thread id, turn = the inbound human message id".

@@ -115,7 +115,7 @@ class Loop:
 
     # -- persona ---------------------------------------------------------
     def persona_for(self, env: SessionEnv) -> str | None:
-        """DESIGN §3: the env's persona if known, else the default; restricted → default."""
+        """The env's persona if known, else the default; restricted → default."""
         default = self.config.default_persona
         if env.restricted or not env.persona_id:
             return default

@@ -96,7 +96,7 @@ class Round:
     @property
     def label(self) -> str | None:
         """The `name` of the loop's replies: the persona id, except in restricted sessions
-        (DESIGN §6: there, unlabelled already means the current persona)."""
+        (there, unlabelled already means the current persona)."""
         return None if self.env.restricted else self.persona_id
 
     def write(self, **update: Any) -> None:

@@ -1,6 +1,6 @@
 """`extract_memory`: turn the finished conversation into long-term memories.
 
-Seed `extractMemory` / `extractMemoryAsync` / `persistMemories`: restricted
+Restricted
 sessions never write; every item is stamped with the turn's persona and real
 provenance; an extractor with `background = True` runs off the reply path on
 a snapshot, under a deadline; failures are logged, never raised into the turn.

@@ -1,4 +1,4 @@
-"""Request/response guards (the seed's `guardrail.Pipeline`).
+"""Request/response guards.
 
 A guard looks at text and returns a reason to block it, or `None`. When a guard
 blocks, the turn ends with a short refusal: a blocked request never reaches

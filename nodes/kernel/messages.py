@@ -12,7 +12,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 
 
 def message_text(message: BaseMessage) -> str:
-    """The message's text parts joined by spaces (the seed's `messageText`).
+    """The message's text parts joined by spaces.
 
     Images, reasoning and other non-text blocks are ignored, so this is the
     view used for retrieval queries, guards and hooks.

@@ -57,6 +57,22 @@ class Work:
         return await off_loop(self.blocks, config, self.fn, *self.args)
 
 
+@dataclass(frozen=True)
+class Either:
+    """`sync()` in a sync run, `await asynchronous()` in an async one: for code that comes
+    in two forms written apart (a LangChain middleware's `wrap_model_call` and
+    `awrap_model_call`)."""
+
+    sync: Callable[[], Any]
+    asynchronous: Callable[[], Awaitable[Any]]
+
+    def run(self) -> Any:
+        return self.sync()
+
+    async def arun(self, config: RunnableConfig) -> Any:
+        return await self.asynchronous()
+
+
 Steps = Generator[Step, Any, T]
 
 

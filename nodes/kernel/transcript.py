@@ -61,7 +61,7 @@ def turn_start(messages: Sequence[BaseMessage]) -> int:
 
 
 def latest_user_text(messages: Sequence[BaseMessage]) -> str:
-    """The seed's `queryFromMessages`: last user text, else last message text, else ''."""
+    """The search query of a transcript: last user text, else last message text, else ''."""
     human = last_human(messages)
     if human is not None:
         return message_text(human)

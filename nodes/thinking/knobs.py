@@ -1,7 +1,6 @@
 """Per-persona thinking knobs mapped onto each provider's request parameters.
 
-The seed resolves knobs per persona (`PersonaKnobs`) and injects them into
-every model request. Providers spell them differently: OpenAI-compatible APIs
+Knobs are resolved per persona and injected into every model request. Providers spell them differently: OpenAI-compatible APIs
 take `reasoning_effort`, Anthropic takes a `thinking` budget, Ollama a
 `reasoning` switch, Gemini a `thinking_budget`. A provider this module does not
 know gets no knobs at all — never an error.

@@ -1,4 +1,4 @@
-"""The caller's batch hooks (seed `ToolLoopHooks`): around each batch of tool calls.
+"""The caller's batch hooks: around each batch of tool calls.
 
 `before_batch` sees the calls a reply asks for, once it is settled which will
 run (after the round limit and the calls the loop answers itself);

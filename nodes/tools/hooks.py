@@ -22,7 +22,7 @@ log = logging.getLogger("cyrene.tools")
 
 @dataclass(frozen=True)
 class ToolHooks:
-    """Optional per-batch and per-call hooks around tool execution (the seed's `ToolLoopHooks`).
+    """Optional per-batch and per-call hooks around tool execution.
 
     A hook that raises is logged and ignored: the turn goes on. Hooks may run
     again for the same call after a crash and resume (at-least-once), so keep

@@ -23,7 +23,7 @@ class StableCallIds(RoundPolicy):
 
 
 class PersonaLabel(RoundPolicy):
-    """After the model: the reply carries the persona id as its `name` (DESIGN §6), so a
+    """After the model: the reply carries the persona id as its `name`, so a
     persona switched in later on the same thread knows who said what; restricted
     sessions stay unlabelled."""
 

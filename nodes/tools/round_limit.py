@@ -1,4 +1,4 @@
-"""The round limit (seed `MaxRounds`): a turn makes at most `max_rounds` model calls.
+"""The round limit: a turn makes at most `max_rounds` model calls.
 
 The calls the last round asks for are answered with a `round_limit` result
 instead of running, so the turn ends with every call paired.

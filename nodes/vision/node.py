@@ -1,6 +1,6 @@
 """`resolve_vision`: images in the user's message, for a model that may not see them.
 
-Seed `Vision`: with no describer configured, images pass through untouched.
+With no describer configured, images pass through untouched.
 With one, images are kept when the main model takes images (the
 `model_accepts_images` flag, else the model's LangChain profile) and otherwise
 folded into a text description — described once per session per image hash.

@@ -1,6 +1,6 @@
 """Cacheable share: how much of each request a provider's prompt cache can bill cheaply.
 
-    python -m tests.bench.cache     # the README rows, for `context_layout="seed"` and `"cache"`
+    python -m tests.bench.cache     # the README rows, for `context_layout="round_first"` and `"cache"`
 
 A steady owner chat of `TURNS` turns, the same under each layout: a persona
 with a companion's instructions (`INSTRUCTIONS`, ~490 characters), a real
@@ -141,24 +141,26 @@ def median(values: list[float]) -> float:
 
 
 def bench_cache_share(folder: Path) -> list[Row]:
-    """Median cacheable share per provider, `"cache"` beside `"seed"`."""
+    """Median cacheable share per provider, `"cache"` beside `"round_first"`."""
     rows: list[Row] = []
     for provider, what in (
         ("openai", "OpenAI payload, longest repeated prefix"),
         ("anthropic", "Anthropic payload, up to the last breakpoint"),
     ):
         cache = median(shares(chat("cache", provider, folder), provider))
-        seed_views = chat("seed", provider, folder)
-        seed = median(shares(seed_views, provider))
-        peer = f"seed {seed:.2f}"
-        if provider == "anthropic":  # the seed layout sends no breakpoint: nothing is cached
-            peer += f" (no breakpoints; {median(repeated(seed_views, provider)):.2f} repeats)"
+        round_first_views = chat("round_first", provider, folder)
+        round_first = median(shares(round_first_views, provider))
+        peer = f"round_first {round_first:.2f}"
+        if provider == "anthropic":  # round first sends no breakpoint: nothing is cached
+            peer += (
+                f" (no breakpoints; {median(repeated(round_first_views, provider)):.2f} repeats)"
+            )
         rows.append(
             (
                 f"cacheable share of a request, steady {TURNS}-turn owner chat, {what} (median)",
                 f"cache {cache:.2f}",
                 peer,
-                cache / seed if seed else "—",
+                cache / round_first if round_first else "—",
                 "≥ 0.9 (cache)",
             )
         )

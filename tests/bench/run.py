@@ -1,4 +1,4 @@
-"""Quality-bar benchmarks (DESIGN §8): each row is a ratio against a peer measured in the same run.
+"""Quality-bar benchmarks: each row is a ratio against a peer measured in the same run.
 
     python -m tests.bench.run            # everything (the 100k memory rows take a few minutes)
     python -m tests.bench.run --quick    # memory up to 10k, fewer repeats
@@ -315,7 +315,7 @@ def main() -> None:
         bench_extraction(8.0 if args.quick else 20.0, 8 if args.quick else 20, folder)
         bench_parallel_tools()
         bench_checkpoint_growth(folder)
-        for cells in bench_cache_share(folder):  # cacheable share, seed and cache layouts
+        for cells in bench_cache_share(folder):  # cacheable share, round_first and cache layouts
             row(*cells)
         # Before the memory rows: their 100k items leave a heap that slows later timings.
         bench_compaction_view(repeat)

@@ -199,7 +199,7 @@ def table(folder: Path) -> list[Share]:
     return [
         measure(provider, layout, chat, folder / f"{provider}-{layout}-{chat.name}")
         for provider in ("openai", "anthropic")
-        for layout in ("seed", "cache")
+        for layout in ("round_first", "cache")
         for chat in (OWNER, GROUP)
     ]
 
