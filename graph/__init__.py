@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from nodes.core.config import LoopConfig as LoopConfig
     from nodes.core.config import Persona as Persona
     from nodes.core.env import SessionEnv as SessionEnv
-    from nodes.core.policy import ModelRequest as ModelRequest
+    from nodes.core.policy import ModelCall as ModelCall
     from nodes.core.policy import Reply as Reply
     from nodes.core.policy import Round as Round
     from nodes.core.policy import RoundPolicy as RoundPolicy
@@ -70,7 +70,7 @@ __getattr__, __dir__ = lazy_exports(
         "LLMReplyJudge": "nodes.presence.judges",
         "LoopConfig": "nodes.core.config",
         "LoopState": "nodes.core.state",
-        "ModelRequest": "nodes.core.policy",
+        "ModelCall": "nodes.core.policy",
         "Persona": "nodes.core.config",
         "PruneReport": "graph.storage.retention",
         "Reply": "nodes.core.policy",
@@ -114,7 +114,7 @@ __all__ = [
     "LoopConfig",
     "LoopState",
     "ManualExtractor",
-    "ModelRequest",
+    "ModelCall",
     "Persona",
     "ProvidesExtractionLedger",
     "PruneReport",

@@ -46,6 +46,7 @@ from nodes.extraction.node import make_extract_memory
 from nodes.kernel.compat import RunnableCallable, reclass_compiled
 from nodes.kernel.transcript import needs_another_round, pending_tool_calls
 from nodes.loop.model_call import make_call_model
+from nodes.middleware.state import state_with
 from nodes.presence.policy import after_decision
 from nodes.tools.node import make_dispatch_tools
 from nodes.turn_end.node import make_finish_turn
@@ -232,7 +233,7 @@ def build_graph(
     """
     loop = Loop.from_config(config, archives=archive_for)
     graph: StateGraph[Any, SessionEnv, Any, Any] = StateGraph(
-        LoopState, context_schema=SessionEnv, input_schema=RunInput
+        state_with(LoopState, config.middleware), context_schema=SessionEnv, input_schema=RunInput
     )
     graph.add_node(VISION, make_resolve_vision(loop))
     graph.add_node(COMPACT, make_compact(loop))

@@ -13,6 +13,7 @@ import ast
 import shutil
 import subprocess
 import sys
+import tomllib
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -106,6 +107,24 @@ def test_no_module_import_cycle():
         tuple(TopologicalSorter(graph).static_order())
     except CycleError as cycle:
         raise AssertionError(f"import cycle: {' -> '.join(cycle.args[1])}") from None
+
+
+def test_every_subpackage_is_on_a_floor():
+    """A package the contract does not name is bound by nothing."""
+    contract = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    named = {
+        name.strip()
+        for floor in contract["contracts"][0]["layers"]
+        for name in floor.replace(":", "|").split("|")
+    }
+    packages = {
+        ".".join(path.parent.relative_to(REPO).parts)
+        for path in (REPO / "nodes").glob("*/__init__.py")
+    } | {
+        ".".join(path.parent.relative_to(REPO).parts)
+        for path in (REPO / "memory").glob("*/__init__.py")
+    }
+    assert sorted(packages - named) == []
 
 
 def test_the_layer_contract_holds():

@@ -13,7 +13,7 @@ from langchain_core.messages import AIMessage
 
 from graph import (
     LoopConfig,
-    ModelRequest,
+    ModelCall,
     Reply,
     Round,
     RoundPolicy,
@@ -39,7 +39,7 @@ class Signature(RoundPolicy):
         self.seen.append((round.number, len(round.view)))
         self.threads.append(threading.get_ident())
 
-    def wrap_model_call(self, round: Round, request: ModelRequest, call):
+    def wrap_model_call(self, round: Round, request: ModelCall, call):
         return (yield from call(request.override(settings={**request.settings, "seed": 7})))
 
     def after_model(self, round: Round, reply: Reply) -> None:

@@ -34,7 +34,7 @@ from nodes.context.assemble import round_blocks, view_blocks, view_of_state, vis
 from nodes.context.attribution import Speaker, describe_speaker, role_declaration, speaker_note
 from nodes.context.layout import system_messages
 from nodes.core.env import SessionEnv
-from nodes.core.policy import CallModel, CallSteps, ModelRequest, Round, RoundPolicy
+from nodes.core.policy import CallModel, CallSteps, ModelCall, Round, RoundPolicy
 from nodes.core.protocols import Compactor
 from nodes.core.state import ArchiveMark, LoopState, Summary, turn_of, uncovered_start
 from nodes.kernel.compat import checkpointer_of, graph_namespace
@@ -205,7 +205,7 @@ class Compaction(RoundPolicy):
         self.compactor = loop.config.compactor or StructuralCompactor()
         self.view_blocks = view_blocks(loop.config)
 
-    def wrap_model_call(self, round: Round, request: ModelRequest, call: CallModel) -> CallSteps:
+    def wrap_model_call(self, round: Round, request: ModelCall, call: CallModel) -> CallSteps:
         if not compaction_due(self.loop, round.env, round.state):
             if (summary := refreshed(round.state)) is not None:
                 round.write(summary=summary)

@@ -201,6 +201,10 @@ class LoopConfig(BaseModel):
         default=(),
         description="your own `RoundPolicy`s, run after the built-in ones in this order (`before_model`, `wrap_model_call`, `after_model`; see `nodes.core.policy`)",
     )
+    middleware: Sequence[Any] = Field(
+        default=(),
+        description="LangChain `AgentMiddleware`s, run inside the loop's nodes after the built-in guards (`before_model`, `wrap_model_call`, `after_model`, `wrap_tool_call`, their async forms, `state_schema`, `tools`; see `nodes.middleware.hooks`)",
+    )
     on_audit: Callable[[AuditEvent], None] | None = Field(
         default=None,
         description="receives `AuditEvent`s of restricted denials (`graph.sinks.JsonlSink` writes JSON lines)",
@@ -293,6 +297,21 @@ class LoopConfig(BaseModel):
                 )
         return policies
 
+    @field_validator("middleware", mode="before")
+    @classmethod
+    def _check_middleware(cls, value: Any) -> tuple[Any, ...]:
+        middleware = tuple(value or ())
+        if middleware:
+            from langchain.agents.middleware import AgentMiddleware
+
+            for index, each in enumerate(middleware):
+                if not isinstance(each, AgentMiddleware):
+                    raise ValueError(
+                        f"middleware[{index}]: expected a langchain AgentMiddleware, "
+                        f"got {type(each).__name__}"
+                    )
+        return middleware
+
     @field_validator("max_context_tokens")
     @classmethod
     def _budget_not_negative(cls, value: int | str) -> int | str:
@@ -337,7 +356,12 @@ class LoopConfig(BaseModel):
 
     @property
     def tool_names(self) -> list[str]:
-        return [t.name for t in self.tools]
+        """Every tool the loop runs: its own, then those its middleware brings."""
+        return [t.name for t in self.all_tools]
+
+    @property
+    def all_tools(self) -> list[BaseTool]:
+        return [*self.tools, *(t for m in self.middleware for t in getattr(m, "tools", ()))]
 
     def zone(self) -> ZoneInfo | None:
         """The IANA zone for the time block; an invalid name warns and turns it off."""

@@ -98,7 +98,7 @@ class Loop:
                 for pid, p in config.personas.items()
                 if p.model is not None
             },
-            tools_by_name={t.name: t for t in config.tools},
+            tools_by_name={t.name: t for t in config.all_tools},
             fallback_models=tuple(
                 resolve_model(model, f"fallback_models[{i}]")
                 for i, model in enumerate(config.fallback_models)

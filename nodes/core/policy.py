@@ -42,6 +42,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.tools import BaseTool
+from langgraph.runtime import Runtime
 
 from nodes.core.env import SessionEnv
 from nodes.core.state import LoopState
@@ -73,6 +74,8 @@ class Round:
     """No retry of the node follows this attempt (fallback models are tried now, or never)."""
     writer: Callable[[Any], None] | None = None
     """The run's `stream_mode="custom"` writer, when the caller streams it."""
+    runtime: Runtime[SessionEnv] | None = None
+    """The node's runtime (LangChain middleware hooks take it)."""
     view: list[BaseMessage] = field(default_factory=list)
     """The messages the model is sent."""
     tools: list[BaseTool] = field(default_factory=list)
@@ -117,7 +120,7 @@ class Round:
 
 
 @dataclass(frozen=True)
-class ModelRequest:
+class ModelCall:
     """One call of a chat model: what is sent, to which model, and how."""
 
     model: BaseChatModel
@@ -126,20 +129,24 @@ class ModelRequest:
     config: RunnableConfig
     settings: Mapping[str, Any] = field(default_factory=dict)
     """Extra request parameters, bound on the model (e.g. the persona's thinking budget)."""
+    tool_choice: Any = None
+    """Which tool the model must call (`bind_tools(tool_choice=...)`); None: its choice."""
     timeout: float | None = None
     """Seconds the call may take (`LoopConfig.model_timeout`)."""
     runnable: Runnable[Any, BaseMessage] | None = None
     """What to invoke instead of the bound model (a wrapper around `bound()`)."""
 
-    def override(self, **changes: Any) -> ModelRequest:
+    def override(self, **changes: Any) -> ModelCall:
         """A copy with `changes` (the request itself is never changed in place)."""
         return replace(self, **changes)
 
     def bound(self) -> Runnable[Any, BaseMessage]:
         """The model with this request's tools and settings."""
-        bound: Runnable[Any, BaseMessage] = (
-            self.model.bind_tools(list(self.tools)) if self.tools else self.model
-        )
+        bound: Runnable[Any, BaseMessage] = self.model
+        if self.tools and self.tool_choice is not None:
+            bound = self.model.bind_tools(list(self.tools), tool_choice=self.tool_choice)
+        elif self.tools:
+            bound = self.model.bind_tools(list(self.tools))
         return bound.bind(**self.settings) if self.settings else bound
 
 
@@ -147,7 +154,7 @@ class ModelRequest:
 class Invoke:
     """The step that calls the model once, under the request's timeout."""
 
-    request: ModelRequest
+    request: ModelCall
 
     def run(self) -> BaseMessage:
         runnable, request = self.request.runnable or self.request.bound(), self.request
@@ -164,7 +171,7 @@ class Invoke:
 
 CallSteps = Generator[Step, Any, BaseMessage]
 """A model call as steps: it yields `Invoke` (and `Work`), and returns the reply."""
-CallModel = Callable[[ModelRequest], CallSteps]
+CallModel = Callable[[ModelCall], CallSteps]
 
 
 @dataclass
@@ -174,6 +181,8 @@ class Reply:
     message: AIMessage
     closing: list[ToolMessage] = field(default_factory=list)
     """Results the loop answers calls with instead of running them (written after the reply)."""
+    follow: list[BaseMessage] = field(default_factory=list)
+    """Messages written after those results (a middleware's closing word)."""
 
     def calls_to_run(self) -> list[ToolCall]:
         """The reply's calls that will run: runnable, and not answered by the loop."""
@@ -203,7 +212,7 @@ class RoundPolicy:
     def before_model(self, round: Round) -> None:
         """Shape the round before the model is called (or `round.answer(...)` it)."""
 
-    def wrap_model_call(self, round: Round, request: ModelRequest, call: CallModel) -> CallSteps:
+    def wrap_model_call(self, round: Round, request: ModelCall, call: CallModel) -> CallSteps:
         """Call the model through `call` (any number of times, or not at all)."""
         return (yield from call(request))
 

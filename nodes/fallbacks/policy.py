@@ -29,7 +29,7 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.types import RetryPolicy
 
 from nodes.context.assemble import view_blocks, view_of_state
-from nodes.core.policy import CallModel, CallSteps, ModelRequest, Round, RoundPolicy
+from nodes.core.policy import CallModel, CallSteps, ModelCall, Round, RoundPolicy
 from nodes.kernel.provider_errors import retries_on
 from nodes.kernel.steps import Work
 
@@ -54,7 +54,7 @@ class FallbackModels(RoundPolicy):
         self.retry = retry
         self.view_blocks = view_blocks(loop.config)
 
-    def wrap_model_call(self, round: Round, request: ModelRequest, call: CallModel) -> CallSteps:
+    def wrap_model_call(self, round: Round, request: ModelCall, call: CallModel) -> CallSteps:
         try:
             return (yield from call(request))
         except GraphBubbleUp:

@@ -10,6 +10,9 @@ built-in behaviour that the config switches on, then the caller's own
     WakeTiers       before: capacity, so the tool offer sees awake tiers
     Guardrails      before: a blocked request never costs a view or a call;
                     after: a blocked reply, before it is labelled and closed
+    MiddlewareHooks the caller's LangChain middleware, in their order: before the
+                    view (it is built from what they wrote), around the loop's
+                    own wrappers, after the guards and before labels and limits
     ContextView     before: the view
     ToolOffer       before: the tools
     Compaction      around, outermost: when due, compacts and sends the new view
@@ -44,7 +47,7 @@ from nodes.core.policy import (
     CallModel,
     CallSteps,
     Invoke,
-    ModelRequest,
+    ModelCall,
     Reply,
     Round,
     RoundPolicy,
@@ -52,6 +55,7 @@ from nodes.core.policy import (
 )
 from nodes.fallbacks.policy import FallbackModels
 from nodes.guards.policy import Guardrails
+from nodes.middleware.hooks import MiddlewareHooks, check_middleware
 from nodes.presence.policy import Presence
 from nodes.prompt_cache.policy import PromptCacheBreakpoints
 from nodes.thinking.policy import ThinkingKnobs
@@ -76,6 +80,9 @@ def round_policies(loop: Loop) -> PolicyChain:
         chain.append(WakeTiers(config.capacity, config.on_capacity))
     if config.guards:
         chain.append(Guardrails(config.guards, config.refusal_text))
+    for index, middleware in enumerate(config.middleware):
+        check_middleware(middleware, index)
+        chain.append(MiddlewareHooks(middleware))
     chain += [ContextView(loop), ToolOffer(loop)]
     if config.max_context_tokens != 0 and not config.model_view_step:
         chain.append(Compaction(loop))
@@ -115,7 +122,7 @@ class PolicyChain:
                 break
         return round
 
-    def call(self, round: Round, request: ModelRequest) -> CallSteps:
+    def call(self, round: Round, request: ModelCall) -> CallSteps:
         """The model call, wrapped by each policy, the first outermost."""
         handler: CallModel = _invoke
         for policy in reversed(self.around):
@@ -129,12 +136,12 @@ class PolicyChain:
         return reply
 
 
-def _invoke(request: ModelRequest) -> CallSteps:
+def _invoke(request: ModelCall) -> CallSteps:
     return (yield Invoke(request))
 
 
 def _wrapped(policy: RoundPolicy, round: Round, inner: CallModel) -> CallModel:
-    def call(request: ModelRequest) -> CallSteps:
+    def call(request: ModelCall) -> CallSteps:
         return (yield from policy.wrap_model_call(round, request, inner))
 
     return call

@@ -27,7 +27,7 @@ from langgraph.runtime import Runtime
 
 from nodes.core.env import SessionEnv, env_of
 from nodes.core.loop import TRACE_ROUND, Loop
-from nodes.core.policy import ModelRequest, Reply, Round
+from nodes.core.policy import ModelCall, Reply, Round
 from nodes.core.state import LoopState
 from nodes.kernel.compat import RunnableCallable
 from nodes.kernel.messages import message_text
@@ -60,17 +60,18 @@ def new_round(
         attempt=attempt or 1,
         final_attempt=attempt is None or retry is None or attempt >= retry.max_attempts,
         writer=runtime.stream_writer,
+        runtime=runtime,
     )
 
 
-def first_request(loop: Loop, round: Round) -> ModelRequest:
+def first_request(loop: Loop, round: Round) -> ModelCall:
     """The persona's model with the round's view and tools; a reply that is not streamed
     is tagged so that LangGraph's `messages` stream skips its tokens."""
     metadata = {**round.config.get("metadata", {}), TRACE_ROUND: round.number}
     config: RunnableConfig = {**round.config, "metadata": metadata}
     if not round.streamed:
         config = {**config, "tags": [*config.get("tags", []), TAG_NOSTREAM]}
-    return ModelRequest(
+    return ModelCall(
         model=loop.model_for(round.persona_id),
         view=round.view,
         tools=round.tools,
@@ -85,7 +86,7 @@ def finish_round(chain: PolicyChain, round: Round, response: BaseMessage) -> dic
     message = response if isinstance(response, AIMessage) else AIMessage(message_text(response))
     reply = chain.finish(round, Reply(message))
     written = round.update.get("messages", [])  # a compaction's removals go first
-    return {**round.update, "messages": [*written, reply.message, *reply.closing]}
+    return {**round.update, "messages": [*written, reply.message, *reply.closing, *reply.follow]}
 
 
 def round_steps(

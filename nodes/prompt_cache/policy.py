@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import BaseMessage, SystemMessage
 
 from nodes.context.layout import is_round_state
-from nodes.core.policy import CallModel, CallSteps, ModelRequest, Round, RoundPolicy
+from nodes.core.policy import CallModel, CallSteps, ModelCall, Round, RoundPolicy
 
 if TYPE_CHECKING:
     from nodes.core.loop import Loop
@@ -45,7 +45,7 @@ class PromptCacheBreakpoints(RoundPolicy):
     def __init__(self, loop: Loop) -> None:
         self.loop = loop
 
-    def wrap_model_call(self, round: Round, request: ModelRequest, call: CallModel) -> CallSteps:
+    def wrap_model_call(self, round: Round, request: ModelCall, call: CallModel) -> CallSteps:
         if self.loop.family(request.model) == "anthropic":
             request = request.override(view=with_breakpoints(request.view))
         return (yield from call(request))

@@ -28,7 +28,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.constants import TAG_NOSTREAM
 from pydantic import Field
 
-from nodes.core.policy import CallModel, CallSteps, ModelRequest, Round, RoundPolicy
+from nodes.core.policy import CallModel, CallSteps, ModelCall, Round, RoundPolicy
 from nodes.kernel.chat_model import Kwargs, Messages, ReplyChatModel, RunManager
 from nodes.thinking.knobs import request_kwargs, without_reasoning
 
@@ -126,7 +126,7 @@ class ThinkingKnobs(RoundPolicy):
     def __init__(self, loop: Loop) -> None:
         self.loop = loop
 
-    def wrap_model_call(self, round: Round, request: ModelRequest, call: CallModel) -> CallSteps:
+    def wrap_model_call(self, round: Round, request: ModelCall, call: CallModel) -> CallSteps:
         knobs = self.loop.knobs_for(round.persona_id)
         if settings := request_kwargs(self.loop.family(request.model), knobs):
             request = request.override(settings={**request.settings, **settings})

@@ -33,7 +33,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 from langchain_core.messages.ai import UsageMetadata
 
-from nodes.core.policy import CallModel, CallSteps, ModelRequest, Round, RoundPolicy
+from nodes.core.policy import CallModel, CallSteps, ModelCall, Round, RoundPolicy
 from nodes.core.state import TokenUsage
 from nodes.kernel.transcript import turn_start
 from nodes.token_accounting.usage import clean_usage, storable, summed
@@ -57,7 +57,7 @@ class TokenAccounting(RoundPolicy):
 
     blocking = False
 
-    def wrap_model_call(self, round: Round, request: ModelRequest, call: CallModel) -> CallSteps:
+    def wrap_model_call(self, round: Round, request: ModelCall, call: CallModel) -> CallSteps:
         response = yield from call(request)
         reported = getattr(response, "usage_metadata", None)
         usage = clean_usage(reported)

@@ -6,7 +6,8 @@ does — so a crash mid-batch re-runs only the calls that had not finished. The
 policy wraps each call: restricted sessions refuse anything outside
 `restricted_tools` with a soft `not_allowed` result and an audit event (a hard
 boundary that capacity, hooks and the model cannot lift), then `before_call`
-may veto, then the call runs and `after_call` sees the result.
+may veto, then the call runs (inside each middleware's `wrap_tool_call`) and
+`after_call` sees the result.
 """
 
 from __future__ import annotations
@@ -14,14 +15,20 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from langchain_core.messages import ToolMessage
+from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt import ToolNode
-from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.prebuilt.tool_node import (
+    TOOL_CALL_ERROR_TEMPLATE,
+    ToolCallRequest,
+    ToolInvocationError,
+)
 from langgraph.types import Command
 
 from nodes.core.env import SessionEnv, env_of
 from nodes.core.loop import Loop
 from nodes.kernel.steps import off_loop
 from nodes.kernel.tool_results import denied_in_restricted, vetoed_result
+from nodes.middleware.tools import awrapped_execute, wrapped_execute
 from nodes.tools.hooks import AuditEvent, run_hook
 
 ToolOutcome = ToolMessage | Command
@@ -67,13 +74,38 @@ def report_call(loop: Loop, request: ToolCallRequest, result: ToolOutcome) -> No
     )
 
 
+def invalid_arguments(error: ToolInvocationError) -> str:
+    """What a call whose arguments do not validate gets, inside `ToolNode`; any other
+    failure reaches the middleware around the call first (`ToolRetryMiddleware` retries
+    it), then `failed_call`."""
+    return TOOL_CALL_ERROR_TEMPLATE.format(error=repr(error))
+
+
+def failed_call(request: ToolCallRequest, error: Exception) -> ToolMessage:
+    """The error result of a call that raised: the model may try otherwise."""
+    call = request.tool_call
+    return ToolMessage(
+        content=TOOL_CALL_ERROR_TEMPLATE.format(error=repr(error)),
+        name=call["name"],
+        tool_call_id=call["id"],
+        status="error",
+    )
+
+
 def make_dispatch_tools(loop: Loop) -> ToolNode:
     """A `ToolNode` named `dispatch_tools` whose every call passes the loop's policy."""
+
+    middleware = loop.config.middleware
 
     def guarded(request: ToolCallRequest, execute: Callable[[ToolCallRequest], ToolOutcome]):
         if (refused := refusal(loop, request)) is not None:
             return refused
-        result = execute(request)
+        try:
+            result = wrapped_execute(middleware, execute)(request)
+        except GraphBubbleUp:
+            raise
+        except Exception as error:
+            result = failed_call(request, error)
         report_call(loop, request, result)
         return result
 
@@ -88,14 +120,19 @@ def make_dispatch_tools(loop: Loop) -> ToolNode:
         config = request.runtime.config
         if (refused := await off_loop(vet_hops, config, refusal, loop, request)) is not None:
             return refused
-        result = await execute(request)
+        try:
+            result = await awrapped_execute(middleware, execute)(request)
+        except GraphBubbleUp:
+            raise
+        except Exception as error:
+            result = failed_call(request, error)
         await off_loop(report_hops, config, report_call, loop, request, result)
         return result
 
     return ToolNode(
-        list(loop.config.tools),
+        list(loop.tools_by_name.values()),
         name="dispatch_tools",
-        handle_tool_errors=True,
+        handle_tool_errors=invalid_arguments,
         wrap_tool_call=guarded,
         awrap_tool_call=aguarded,
     )

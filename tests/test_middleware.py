@@ -1,0 +1,194 @@
+"""LangChain's stock middleware in the loop, through the public API, sync and async:
+`LoopConfig(middleware=[...])` runs their hooks inside `call_model` and `dispatch_tools`,
+and their state keys are the session's."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    LLMToolSelectorMiddleware,
+    ModelCallLimitMiddleware,
+    ModelFallbackMiddleware,
+    ModelRetryMiddleware,
+    PIIMiddleware,
+    ToolCallLimitMiddleware,
+    ToolRetryMiddleware,
+)
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import tool
+from pydantic import ValidationError
+
+from graph import SessionEnv, build_graph, open_checkpointer
+from tests.conftest import human, make_config, thread
+from tests.scripted import ScriptedChatModel, call, tool_calls
+
+RUNS = pytest.mark.parametrize("run", ["sync", "async"])
+
+
+async def turn(run: str, graph, text: str, name: str) -> list:
+    """One owner turn on thread `name`, by `invoke` or `ainvoke`; the transcript after it."""
+    args = ({"messages": [human(text)]}, thread(name))
+    if run == "sync":
+        return graph.invoke(*args, context=SessionEnv())["messages"]
+    return (await graph.ainvoke(*args, context=SessionEnv()))["messages"]
+
+
+def failing(message: str):
+    def reply(messages):
+        raise RuntimeError(message)
+
+    return reply
+
+
+@RUNS
+async def test_model_call_limit_counts_in_the_sessions_state(run):
+    """The thread-level count is a key of the middleware's state schema: it is
+    checkpointed with the session, so the third turn is answered by the limit."""
+    model = ScriptedChatModel(script=[AIMessage("一"), AIMessage("二")])
+    limit = ModelCallLimitMiddleware(thread_limit=2, exit_behavior="end")
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(model, middleware=[limit]), saver)
+        await turn(run, graph, "早", "limit")
+        await turn(run, graph, "在吗", "limit")
+        messages = await turn(run, graph, "还在吗", "limit")
+        state = graph.get_state(thread("limit")).values
+    assert len(model.requests) == 2, "no third model call"
+    assert "limit" in messages[-1].text.lower() and isinstance(messages[-1], AIMessage)
+    assert state["thread_model_call_count"] == 2
+
+
+@RUNS
+async def test_tool_call_limit_answers_the_calls_past_it(run):
+    model = ScriptedChatModel(
+        script=[
+            tool_calls(call("add", "c1", a=1, b=2), call("add", "c2", a=3, b=4)),
+            AIMessage("算好了"),
+        ]
+    )
+    limit = ToolCallLimitMiddleware(tool_name="add", run_limit=1, exit_behavior="continue")
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(model, middleware=[limit]), saver)
+        messages = await turn(run, graph, "算一下", "tools")
+    results = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
+    assert results["c1"].content == "3"
+    assert results["c2"].status == "error" and "limit" in results["c2"].text.lower()
+    assert messages[-1].content == "算好了"
+
+
+@RUNS
+async def test_model_fallback_takes_the_next_model_when_the_first_fails(run):
+    primary = ScriptedChatModel(script=[failing("primary down")])
+    fallback = ScriptedChatModel(script=[AIMessage("备用模型答")])
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(
+            make_config(primary, middleware=[ModelFallbackMiddleware(fallback)], retry=None),
+            saver,
+        )
+        messages = await turn(run, graph, "早", "fallback")
+    assert messages[-1].content == "备用模型答" and messages[-1].name == "xilian"
+    assert len(primary.requests) == 1 and len(fallback.requests) == 1
+
+
+@RUNS
+async def test_model_retry_calls_again_inside_one_round(run):
+    model = ScriptedChatModel(script=[failing("once"), AIMessage("好了")])
+    retry = ModelRetryMiddleware(max_retries=2, initial_delay=0.0, jitter=False)
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(model, middleware=[retry], retry=None), saver)
+        messages = await turn(run, graph, "早", "retry")
+    assert messages[-1].content == "好了" and len(model.requests) == 2
+
+
+FLAKY = {"calls": 0}
+
+
+@tool
+def flaky_lookup(key: str) -> str:
+    """Look a key up (fails on its first call)."""
+    FLAKY["calls"] += 1
+    if FLAKY["calls"] == 1:
+        raise ConnectionError("transient")
+    return f"{key}=42"
+
+
+@RUNS
+async def test_tool_retry_runs_a_failing_tool_again(run):
+    FLAKY["calls"] = 0
+    model = ScriptedChatModel(
+        script=[tool_calls(call("flaky_lookup", "c1", key="k")), AIMessage("查到了")]
+    )
+    retry = ToolRetryMiddleware(max_retries=2, initial_delay=0.0, jitter=False)
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(model, tools=[flaky_lookup], middleware=[retry]), saver)
+        messages = await turn(run, graph, "查一下", "tool-retry")
+    result = next(m for m in messages if isinstance(m, ToolMessage))
+    assert result.content == "k=42" and FLAKY["calls"] == 2
+
+
+@RUNS
+async def test_pii_is_redacted_before_the_view_is_built(run):
+    """`before_model` rewrites the user's message: the model never sees the address, and
+    the transcript keeps the redacted text (what PIIMiddleware means)."""
+    model = ScriptedChatModel(script=[AIMessage("收到")])
+    pii = PIIMiddleware("email", strategy="redact")
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(model, middleware=[pii]), saver)
+        messages = await turn(run, graph, "我的邮箱是 xiaolin@example.com", "pii")
+    sent = " ".join(m.text for m in model.requests[0].messages)
+    assert "xiaolin@example.com" not in sent and "[REDACTED_EMAIL]" in sent
+    assert "xiaolin@example.com" not in messages[0].text
+
+
+def selection(*names: str):
+    """The selection model's structured answer (a call of its response schema)."""
+    return AIMessage(
+        "",
+        tool_calls=[{"name": "ToolSelectionResponse", "args": {"tools": list(names)}, "id": "s"}],
+    )
+
+
+@RUNS
+async def test_llm_tool_selector_narrows_the_tools_offered(run):
+    selector = ScriptedChatModel(script=[selection("get_time")])
+    model = ScriptedChatModel(script=[AIMessage("八点半")])
+    middleware = LLMToolSelectorMiddleware(model=selector, max_tools=1)
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(model, middleware=[middleware]), saver)
+        await turn(run, graph, "几点了", "selector")
+    offered = [t["function"]["name"] for t in model.requests[0].kwargs["tools"]]
+    assert offered == ["get_time"]
+
+
+class AgentLevel(AgentMiddleware):
+    def before_agent(self, state, runtime):
+        return None
+
+
+def test_what_the_loop_cannot_run_is_refused_with_its_place():
+    with pytest.raises(ValidationError, match=r"middleware\[0\]: expected a langchain"):
+        make_config(ScriptedChatModel(), middleware=[object()])
+    with pytest.raises(ValueError, match=r"middleware\[0\] \(AgentLevel\) has before_agent"):
+        build_graph(make_config(ScriptedChatModel(), middleware=[AgentLevel()]))
+
+
+def test_middleware_runs_in_studios_graph(tmp_path, monkeypatch):
+    monkeypatch.setenv("CYRENE_DATA", str(tmp_path))
+    studio_graph = importlib.import_module("studio.graph")
+    config = studio_graph.make_config(middleware=[PIIMiddleware("email", strategy="redact")])
+    try:
+        graph = studio_graph.make_graph(config)
+        updates = list(
+            graph.stream(
+                {"messages": [human("记住 我的邮箱是 xiaolin@example.com")]},
+                stream_mode="updates",
+                context=SessionEnv(),
+            )
+        )
+    finally:
+        config.memory.close()
+        studio_graph.config.memory.close()
+    reply = next(u["call_model"] for u in updates if "call_model" in u)["messages"][-1]
+    assert "[REDACTED_EMAIL]" in reply.text and "xiaolin@example.com" not in reply.text
