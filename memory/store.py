@@ -189,7 +189,7 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         (`keys`: the folder the server serves, as `cyrene studio` runs it): a forget
         destroys the key there too. Otherwise the server is given the text in the clear,
         and keeps a forgotten memory's text in its own files until it compacts them
-        (README "Memory").
+        (docs/memory.md "Lifecycle: facts that change, forgetting, duplicates").
 
         Args:
             host: the server's host.

@@ -1,7 +1,7 @@
 """The environment variables every front end honours, and the default data folder.
 
 One table for the CLI (each sets an option's default), Studio's graph and the
-launcher between them (README "Environment variables").
+launcher between them (docs/extras-and-environment.md "Environment variables").
 """
 
 from __future__ import annotations

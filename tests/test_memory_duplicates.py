@@ -28,7 +28,7 @@ REWORDED = [
 ]
 CAUGHT_BEFORE = 18
 """Reworded pairs of `memory_recall.jsonl` the rule caught before distinct facts were kept
-apart (README, near-duplicates row)."""
+apart (docs/memory.md, near-duplicates row)."""
 
 
 @pytest.fixture(scope="module")

@@ -65,7 +65,7 @@ IMPORTED = [
     SystemMessage("主人今天过生日"),
     HumanMessage("早"),
 ]
-"""The README's imported history, verbatim."""
+"""The imported history of docs/what-a-run-accepts.md, verbatim."""
 
 
 def quickstart(model: str) -> LoopConfig:

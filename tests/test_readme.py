@@ -1,9 +1,14 @@
-"""The README stays true: its commands, its snippets (run verbatim), its diagram, its tables."""
+"""The README and docs/ stay true: commands, snippets (run verbatim), diagram, tables, links.
+
+Each check reads the page its section is on: the README keeps the first screen, the quickstart,
+the graph and the map; the other topics are pages of docs/, all linked from the README.
+"""
 
 from __future__ import annotations
 
 import re
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -14,12 +19,26 @@ from studio.cli.read import loop_drawing
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
+DOCS = sorted((REPO / "docs").glob("*.md"))
 
 
-def python_block(after: str) -> str:
-    """The first ```python block after the line `after`."""
-    start = README.index(after)
-    return re.search(r"```python\n(.*?)```", README[start:], re.DOTALL).group(1)
+def page(name: str) -> str:
+    """The text of the docs page `name` (e.g. "memory.md")."""
+    return (REPO / "docs" / name).read_text(encoding="utf-8")
+
+
+def python_block(text: str, after: str) -> str:
+    """The first ```python block of `text` after the line `after`."""
+    start = text.index(after)
+    return re.search(r"```python\n(.*?)```", text[start:], re.DOTALL).group(1)
+
+
+def section(text: str, heading: str) -> str:
+    """The section of `text` from the line `heading` to the next heading of its level or above."""
+    start = text.index(f"{heading}\n")
+    level = len(heading) - len(heading.lstrip("#"))
+    following = re.compile(rf"^#{{1,{level}}} ", re.MULTILINE).search(text, start + len(heading))
+    return text[start : following.start() if following else len(text)]
 
 
 def test_the_first_screen_says_what_this_is_then_gives_the_two_commands():
@@ -46,11 +65,37 @@ def shipped_texts() -> list:
     return [path for path in found if path != REPO / "tests" / "test_readme.py"]
 
 
+def markdown_pages() -> list[Path]:
+    """The README, the docs pages and every other Markdown file shipped with the code."""
+    return [path for path in shipped_texts() if path.suffix == ".md"]
+
+
+def relative_links(path: Path) -> list[tuple[Path, str]]:
+    """The (target file, anchor) of each link in the Markdown file `path` that is not a URL."""
+    found = re.findall(r"\]\(([^)\s]+)\)", path.read_text(encoding="utf-8"))
+    return [
+        ((path.parent / target).resolve() if target else path, anchor)
+        for target, _, anchor in (link.partition("#") for link in found)
+        if not re.match(r"\w+:", target)
+    ]
+
+
+def headings(path: Path) -> dict[str, str]:
+    """Heading text → its GitHub anchor, for the headings of `path` outside fenced code."""
+    found, fenced = {}, False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        fenced ^= line.lstrip().startswith("```")
+        if not fenced and (heading := re.match(r"#+ (.*)", line)):
+            text = heading.group(1)
+            found[text] = re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+    return found
+
+
 def test_nothing_points_outside_the_repository():
     assert "../" not in README
-    for link in re.findall(r"\]\(([^)#]+)\)", README):
-        if not link.startswith("http"):
-            assert (REPO / link).exists(), link
+    for path in markdown_pages():
+        for target, _ in relative_links(path):
+            assert target.is_relative_to(REPO), f"{path.relative_to(REPO)} links to {target}"
     pointing = [
         f"{path.relative_to(REPO)}:{number}"
         for path in shipped_texts()
@@ -60,14 +105,44 @@ def test_nothing_points_outside_the_repository():
     assert pointing == [], "these lines point at documents outside the repository"
 
 
+def test_every_docs_page_is_linked_from_the_readme():
+    linked = {target for target, _ in relative_links(REPO / "README.md")}
+    unlinked = [path.name for path in DOCS if path not in linked]
+    assert DOCS and unlinked == [], "docs pages the README does not link to"
+
+
+def test_every_relative_link_resolves():
+    for path in markdown_pages():
+        for target, anchor in relative_links(path):
+            where = f"{path.relative_to(REPO)} links to {target}#{anchor}"
+            assert target.exists(), where
+            if anchor:
+                assert anchor in headings(target).values(), where
+
+
+def test_every_page_the_code_names_has_the_section_it_names():
+    """`docs/memory.md "Lifecycle: …"` (or `README "The graph"`) in any shipped text: that
+    page, with a heading of that text."""
+    for path in shipped_texts():
+        text = path.read_text(encoding="utf-8")
+        for name in re.findall(r"\bdocs/[\w-]+\.md", text):
+            assert (REPO / name).exists(), f"{path.relative_to(REPO)} names {name}"
+        for name, heading in re.findall(r'\b(docs/[\w-]+\.md|README)\s+"([^"\n]+)"', text):
+            target = REPO / (name if name.startswith("docs/") else "README.md")
+            assert heading in headings(target), f"{path.relative_to(REPO)}: {name} {heading}"
+
+
 def test_the_diagram_is_what_cyrene_graph_prints():
     block = re.search(r"```mermaid\n(.*?)```", README, re.DOTALL).group(1)
     assert block.strip() == loop_drawing()
 
 
 def test_every_config_field_is_documented():
+    configuration = page("configuration.md")
     table = {
-        row.split("|")[1].strip().strip("`") for row in README.splitlines() if row.startswith("| `")
+        row.split("|")[1].strip().strip("`")
+        for row in configuration.splitlines()
+        if row.startswith("| `")
     }
     assert set(LoopConfig.model_fields) <= table
 
@@ -77,7 +152,8 @@ def quickstart(tmp_path, monkeypatch, capsys) -> dict:
     """The quickstart run verbatim in a fresh folder; its names, for the snippets after it."""
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    exec(compile(python_block("## Python quickstart"), "README quickstart", "exec"), namespace)
+    code = python_block(README, "## Python quickstart")
+    exec(compile(code, "README quickstart", "exec"), namespace)
     namespace["printed"] = capsys.readouterr().out.splitlines()
     return namespace
 
@@ -98,46 +174,57 @@ def test_the_quickstart_runs_verbatim_and_prints_the_replies(quickstart):
 
 
 def test_the_imported_history_snippet_runs(quickstart, capsys):
-    code = python_block("### Trusted system and assistant text, and imported history")
-    exec(compile(code, "README Trusted", "exec"), {"config": quickstart["config"]})
+    code = python_block(
+        page("what-a-run-accepts.md"), "## Trusted system and assistant text, and imported history"
+    )
+    exec(
+        compile(code, "docs/what-a-run-accepts.md Trusted", "exec"),
+        {"config": quickstart["config"]},
+    )
     assert capsys.readouterr().out.splitlines()[-1] == "7"
 
 
 def test_the_worker_shutdown_snippet_runs(quickstart, capsys):
-    code = python_block("A worker process of your own gets the same shutdown")
+    code = python_block(page("cli.md"), "A worker process of your own gets the same shutdown")
     with pytest.raises(SystemExit) as stopped:
-        exec(compile(code, "README shutdown", "exec"), {"config": quickstart["config"]})
+        exec(compile(code, "docs/cli.md shutdown", "exec"), {"config": quickstart["config"]})
     assert stopped.value.code == 0
 
 
 def test_the_configuration_table_says_what_each_field_describes():
     rows = {
         m.group(1): m.group(2)
-        for m in re.finditer(r"^\| `(\w+)` \| .*? \| (.*) \|$", README, re.MULTILINE)
+        for m in re.finditer(
+            r"^\| `(\w+)` \| .*? \| (.*) \|$", page("configuration.md"), re.MULTILINE
+        )
     }
     for name, field in LoopConfig.model_fields.items():
         assert rows.get(name) == field.description, (
-            f"README's row for `{name}` differs from LoopConfig.{name}'s Field(description=…)"
+            f"docs/configuration.md's row for `{name}` differs from"
+            f" LoopConfig.{name}'s Field(description=…)"
         )
         assert "seed `" not in field.description, "say what the knob does"
 
 
 def test_every_environment_variable_and_extra_is_in_its_table():
-    section = README[README.index("## Environment variables") : README.index("## Checkpoint URLs")]
+    variables = section(page("extras-and-environment.md"), "## Environment variables")
     names = {v for k, v in vars(settings).items() if k.endswith("_ENV")}
     assert names == set(cli.ENV.values())
     for name in names | {"OTEL_EXPORTER_OTLP_ENDPOINT", "LANGSMITH_TRACING"}:
-        assert f"| `{name}`" in section or f"`{name}`," in section, name
+        assert f"| `{name}`" in variables or f"`{name}`," in variables, name
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
     ]
-    section = README[README.index("## Extras") : README.index("## Environment variables")]
+    installs = section(page("extras-and-environment.md"), "## Extras")
     for extra in extras:
-        assert f"| `{extra}` |" in section and f"'.[{extra}]'" in section, extra
+        assert f"| `{extra}` |" in installs and f"'.[{extra}]'" in installs, extra
 
 
 def test_the_benchmark_table_keeps_its_markers_and_format():
-    table = README[README.index("<!-- bench:start -->") : README.index("<!-- bench:end -->")]
+    benchmarks = page("benchmarks.md")
+    table = benchmarks[
+        benchmarks.index("<!-- bench:start -->") : benchmarks.index("<!-- bench:end -->")
+    ]
     rows = [line for line in table.splitlines() if line.startswith("|")]
     assert rows[0] == "| benchmark | ours | peer | ratio | target |"
     assert all(row.count(" | ") == 4 for row in rows[2:]), "five columns"

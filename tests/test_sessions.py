@@ -250,8 +250,9 @@ async def test_a_cancelled_waiter_leaves_nothing_behind(tmp_path):
 
 
 async def test_a_cancelled_caller_tells_by_its_message_id_whether_it_was_stored(tmp_path):
-    """The README's rule: a caller cancelled while waiting has its message stored (and
-    answered) if a turn had taken it, else not at all; the transcript by id says which."""
+    """docs/durability.md "One turn at a time per session": a caller cancelled while waiting
+    has its message stored (and answered) if a turn had taken it, else not at all; the
+    transcript by id says which."""
     model = ScriptedChatModel(script=[echo] * 5, delay=0.3)
     async with open_checkpointer(f"sqlite:///{tmp_path}/cancel.db") as saver:
         graph = build_graph(make_config(model), saver)

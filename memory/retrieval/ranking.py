@@ -49,7 +49,7 @@ class Fusion:
     """Relevance = the dense cosine, mixed with the lexical one, discounted across scripts.
 
     Measured on `tests/data/memory_recall.jsonl` with the multilingual default
-    (`python -m tests.bench.memory`, the README has the table): mixing in 20%
+    (`python -m tests.bench.memory`; the table is in docs/memory.md "Embedding and recall"): mixing in 20%
     of the n-gram cosine lifts Chinese recall@5 (words that are names
     and numbers count), and a memory in another script than the question
     (CJK against Latin) counting 0.6 of its similarity stops Chinese notes

@@ -20,7 +20,8 @@ one, an alias (`alias:<id>`) has its own. A Chroma server whose folder is on thi
 machine (`cyrene studio` serves the data folder) is given the folder's key ring
 (`MemoryStore.connect(..., keys=folder)`), so the same holds there. Any other
 server gets documents in the clear (`Plain`): its workers share no key ring, and
-the server's files are not ours (README "Memory" says what a forget leaves there).
+the server's files are not ours (what a forget leaves there: docs/memory.md
+"Lifecycle: facts that change, forgetting, duplicates").
 """
 
 from __future__ import annotations
@@ -70,7 +71,10 @@ class Plain:
         return [None if d and d.startswith(SEALED) else d for d in documents]
 
     def forget(self, ids: Sequence[str]) -> None:
-        """Nothing to destroy: the server deletes the records (see README "Memory")."""
+        """Nothing to destroy: the server deletes the records.
+
+        docs/memory.md "Lifecycle: facts that change, forgetting, duplicates" says what it keeps.
+        """
 
 
 class KeyRing:

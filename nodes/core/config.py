@@ -1,6 +1,6 @@
 """`LoopConfig` and `Persona`: every knob of the loop, validated at the boundary.
 
-The README's configuration table lists every field. Validation happens when the config is built
+The table in docs/configuration.md lists every field. Validation happens when the config is built
 (so `build_graph(LoopConfig(...))` fails before any graph exists), and every
 error names the offending field.
 """
@@ -103,7 +103,7 @@ class Persona(BaseModel):
 
 
 class LoopConfig(BaseModel):
-    """Everything `build_graph` needs. Field order follows the README's configuration table.
+    """Everything `build_graph` needs. Field order follows the table in docs/configuration.md.
 
     Unknown fields are refused, naming the closest real one.
     """
@@ -237,7 +237,7 @@ class LoopConfig(BaseModel):
     )
     context_layout: Layout = Field(
         default="round_first",
-        description='`"round_first"`: the blocks of the round first (instructions, time, working memory, memories, summary, role declaration, conversation); `"cache"`: what stays the same between rounds first (instructions, role declaration, summary, conversation), time, working memory and memories at the end, with Anthropic `cache_control` breakpoints, so providers can reuse the cached prefix (README "What the model sees")',
+        description='`"round_first"`: the blocks of the round first (instructions, time, working memory, memories, summary, role declaration, conversation); `"cache"`: what stays the same between rounds first (instructions, role declaration, summary, conversation), time, working memory and memories at the end, with Anthropic `cache_control` breakpoints, so providers can reuse the cached prefix (docs/providers.md "What the model sees")',
     )
     extraction_timeout: float = Field(
         default=60.0,

@@ -41,7 +41,7 @@ TRACE_SESSION, TRACE_ACTOR, TRACE_PERSONA, TRACE_ROUND = (
     "cyrene_persona",
     "cyrene_round",
 )
-"""The run metadata keys `trace_facts` and each model call set (README "Tracing")."""
+"""The run metadata keys `trace_facts` and each model call set (docs/tracing.md)."""
 UNBOUND_ACTOR = "unbound"
 """`TRACE_ACTOR` of an edit (`update_state`) to a thread no turn has opened yet: who it
 comes from is not known, so a trace keeps none of its text."""

@@ -10,7 +10,7 @@ import re
 
 from studio.text import visible
 
-# Exit codes (README "## CLI").
+# Exit codes (docs/cli.md).
 EXIT_OK = 0
 EXIT_NOT_FOUND = 1  # nothing to resume, no such session, memory or data folder
 EXIT_USAGE = 2  # bad input or an expected failure: one line on stderr

@@ -49,7 +49,7 @@ ENV = {
     "memory_server": settings.MEMORY_SERVER_ENV,
     "group_reply": settings.GROUP_REPLY_ENV,
 }
-"""Option → the environment variable that sets its default (README "Environment variables")."""
+"""Option → the environment variable that sets its default (docs/extras-and-environment.md "Environment variables")."""
 
 
 class Parser(argparse.ArgumentParser):

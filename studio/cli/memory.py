@@ -156,7 +156,8 @@ def _forget(store: MemoryStore, args: argparse.Namespace) -> int:
         if not store.erases_text:
             print(
                 "cyrene: forgotten; this Chroma server holds memory text in the clear and keeps "
-                'it in its own files until it compacts them (README "Memory")',
+                "it in its own files until it compacts them "
+                '(docs/memory.md "Lifecycle: facts that change, forgetting, duplicates")',
                 file=sys.stderr,
             )
         return EXIT_OK

@@ -1,6 +1,6 @@
 """A CLI session: the demo world over a data folder, a saver, and turns that end cleanly.
 
-A turn ends one of four ways, each with its own exit code (README "## CLI"):
+A turn ends one of four ways, each with its own exit code (docs/cli.md):
 it finishes (0); bad input is refused before anything is stored (2); it fails
 after the message was stored, e.g. the model after its retries (75); or a
 signal stops it at a step boundary (130/143). In the last two the session is

@@ -1,4 +1,4 @@
-"""The commands that run turns: `demo`, `run`, `chat` and `resume` (README "## CLI")."""
+"""The commands that run turns: `demo`, `run`, `chat` and `resume` (docs/cli.md)."""
 
 from __future__ import annotations
 

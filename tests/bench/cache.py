@@ -1,6 +1,6 @@
 """Cacheable share: how much of each request a provider's prompt cache can bill cheaply.
 
-    python -m tests.bench.cache     # the README rows, for `context_layout="round_first"` and `"cache"`
+    python -m tests.bench.cache     # the docs/benchmarks.md rows, for `context_layout="round_first"` and `"cache"`
 
 A steady owner chat of `TURNS` turns, the same under each layout: a persona
 with a companion's instructions (`INSTRUCTIONS`, ~490 characters), a real

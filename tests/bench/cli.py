@@ -1,6 +1,6 @@
 """CLI start-up: how long `cyrene --help`, `history` and `sessions` take from a cold process.
 
-    python -m tests.bench.cli            # 15 runs of each, README rows
+    python -m tests.bench.cli            # 15 runs of each, docs/benchmarks.md rows
     python -m tests.bench.cli --quick    # 5 runs, to check that it runs
 
 Each command runs as a user runs it, `python -m studio.cli.main …` in a fresh

@@ -1,6 +1,6 @@
 """Group-chat presence: who the companion answers in a busy group, and what a quiet turn costs.
 
-    python -m tests.bench.presence            # 330 messages per policy, README rows
+    python -m tests.bench.presence            # 330 messages per policy, docs/benchmarks.md rows
     python -m tests.bench.presence --quick    # 110 messages, to check that it runs
 
 One scripted group session of six speakers, replayed under each policy

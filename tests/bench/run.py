@@ -3,7 +3,7 @@
     python -m tests.bench.run            # everything (the 100k memory rows take a few minutes)
     python -m tests.bench.run --quick    # memory up to 10k, fewer repeats
 
-Prints a Markdown table; paste it into the README's Benchmarks section.
+Prints a Markdown table; paste it into docs/benchmarks.md.
 """
 
 from __future__ import annotations

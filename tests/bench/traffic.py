@@ -1,7 +1,7 @@
 """Real traffic on one process: what the session lock costs, turns per second under
 load against `create_agent`, and what `merge` saves on a group burst.
 
-    python -m tests.bench.traffic            # the three benchmarks, as README rows
+    python -m tests.bench.traffic            # the three benchmarks, as docs/benchmarks.md rows
     python -m tests.bench.traffic --quick    # shorter runs, to check that it runs
 
 - Lock overhead: the same zero-latency turn (a new thread each time, so the
