@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from nodes.capacity.policy import CapacityEvent as CapacityEvent
     from nodes.capacity.policy import CapacityPolicy as CapacityPolicy
     from nodes.capacity.policy import Tier as Tier
+    from nodes.context.speaker_attribution import SpeakerAttribution as SpeakerAttribution
     from nodes.core.config import LoopConfig as LoopConfig
     from nodes.core.config import Persona as Persona
     from nodes.core.env import SessionEnv as SessionEnv
@@ -78,6 +79,7 @@ __getattr__, __dir__ = lazy_exports(
         "ReplyScorer": "nodes.presence.judges",
         "ReplyVerdict": "nodes.core.protocols",
         "Round": "nodes.core.policy",
+        "SpeakerAttribution": "nodes.context.speaker_attribution",
         "RoundPolicy": "nodes.core.policy",
         "SessionBusyError": "graph.sessions",
         "SessionEnv": "nodes.core.env",
@@ -128,6 +130,7 @@ __all__ = [
     "SessionEnv",
     "SessionReentryError",
     "SessionWaitTimeout",
+    "SpeakerAttribution",
     "StopRequested",
     "Tier",
     "ToolHooks",

@@ -9,6 +9,7 @@ import importlib
 import pytest
 from langchain.agents.middleware import (
     AgentMiddleware,
+    HumanInTheLoopMiddleware,
     LLMToolSelectorMiddleware,
     ModelCallLimitMiddleware,
     ModelFallbackMiddleware,
@@ -172,6 +173,9 @@ def test_what_the_loop_cannot_run_is_refused_with_its_place():
         make_config(ScriptedChatModel(), middleware=[object()])
     with pytest.raises(ValueError, match=r"middleware\[0\] \(AgentLevel\) has before_agent"):
         build_graph(make_config(ScriptedChatModel(), middleware=[AgentLevel()]))
+    review = HumanInTheLoopMiddleware(interrupt_on={"add": True})
+    with pytest.raises(ValueError, match="HumanInTheLoopMiddleware\\) is not supported yet"):
+        build_graph(make_config(ScriptedChatModel(), middleware=[review]))
 
 
 def test_middleware_runs_in_studios_graph(tmp_path, monkeypatch):
@@ -192,3 +196,38 @@ def test_middleware_runs_in_studios_graph(tmp_path, monkeypatch):
         studio_graph.config.memory.close()
     reply = next(u["call_model"] for u in updates if "call_model" in u)["messages"][-1]
     assert "[REDACTED_EMAIL]" in reply.text and "xiaolin@example.com" not in reply.text
+
+
+@RUNS
+async def test_speaker_attribution_runs_in_a_plain_create_agent(run):
+    """One of the loop's own features is a LangChain middleware too: in `create_agent`,
+    a persona is told which earlier reply was another persona's and which message a
+    group member's."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import HumanMessage
+
+    from graph import SpeakerAttribution
+
+    model = ScriptedChatModel(script=[AIMessage("好呀")])
+    agent = create_agent(
+        model,
+        middleware=[SpeakerAttribution("xilian", {"xilian": "昔涟", "aglaea": "阿格莱雅"})],
+    )
+    history = [
+        HumanMessage("大家好", name="小明"),
+        AIMessage("你好，小明。", name="aglaea"),
+        HumanMessage("昔涟也在吗", name="小明"),
+    ]
+    if run == "sync":
+        agent.invoke({"messages": history})
+    else:
+        await agent.ainvoke({"messages": history})
+    sent = [m.text for m in model.requests[0].messages]
+    assert sent[0].startswith("[会话角色] 你正以「昔涟」（xilian）的身份对话。")
+    assert "[发言归属] 以下发言来自「阿格莱雅」（aglaea），不是你说的。" in sent
+    assert (
+        sent.count(
+            "[发言归属] 以下发言来自「小明」——本会话里的第三方人员（非管理员账户），不是主人，也不是你说的。"
+        )
+        == 2
+    )

@@ -203,7 +203,10 @@ class LoopConfig(BaseModel):
     )
     middleware: Sequence[Any] = Field(
         default=(),
-        description="LangChain `AgentMiddleware`s, run inside the loop's nodes after the built-in guards (`before_model`, `wrap_model_call`, `after_model`, `wrap_tool_call`, their async forms, `state_schema`, `tools`; see `nodes.middleware.hooks`)",
+        description=(
+            "LangChain `AgentMiddleware`s, run inside the loop's nodes after the built-in guards (`before_model`, `wrap_model_call`, `after_model`, `wrap_tool_call`, their async forms, `state_schema`, `tools`; "
+            'docs/configuration.md "LangChain middleware")'
+        ),
     )
     on_audit: Callable[[AuditEvent], None] | None = Field(
         default=None,

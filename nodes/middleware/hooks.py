@@ -63,8 +63,18 @@ def check_middleware(middleware: AgentMiddleware, index: int) -> None:
     """Refuse what the loop cannot run, naming the entry (`LoopConfig` checked its type).
 
     Raises:
-        ValueError: it has agent-level hooks, or jumps somewhere other than the end.
+        ValueError: it has agent-level hooks, jumps somewhere other than the end, or is
+            `HumanInTheLoopMiddleware`.
     """
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    if isinstance(middleware, HumanInTheLoopMiddleware):
+        # Its after_model interrupts inside call_model: the resume would call the model
+        # again and apply the decision to a reply the reviewer never saw.
+        raise ValueError(
+            f"middleware[{index}] (HumanInTheLoopMiddleware) is not supported yet: use "
+            "ToolHooks.before_call to hold a call, or interrupt() in a tool"
+        )
     agent_hooks = [hook for hook in AGENT_HOOKS if overrides(middleware, hook)]
     if agent_hooks:
         raise ValueError(

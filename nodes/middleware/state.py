@@ -27,5 +27,5 @@ def state_with(base: type, middleware: Sequence[AgentMiddleware[Any, Any, Any]])
     if not fields:
         return base
     fields.update(get_type_hints(base, include_extras=True))  # the loop's own keys win
-    merged: type = TypedDict(f"{base.__name__}WithMiddleware", fields, total=False)  # type: ignore[operator]
+    merged: type = TypedDict(f"{base.__name__}WithMiddleware", fields, total=False)  # type: ignore[misc]
     return merged
