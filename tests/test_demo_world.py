@@ -119,3 +119,18 @@ def test_a_streamed_demo_tool_call_keeps_its_arguments(tmp_path):
         graph = build_graph(demo_config(tmp_path), saver)
         streamed_turn(graph, {"configurable": {"thread_id": "n"}}, "记个笔记：周五交报告")
     assert (tmp_path / "notes.txt").read_text(encoding="utf-8") == "记个笔记：周五交报告\n"
+
+
+def test_the_computed_chat_models_report_langchains_standard_params():
+    """What LangChain's standard `test_standard_params` asks of a chat model: provider,
+    model name and type, for the demo model and the thinking gate alike."""
+    from langchain_core.messages import AIMessage
+
+    from nodes.thinking.policy import ThinkingGate
+    from studio.demo.model import DemoChatModel
+    from tests.scripted import ScriptedChatModel
+
+    for model in (DemoChatModel(), ThinkingGate(inner=ScriptedChatModel(script=[AIMessage("好")]))):
+        params = model._get_ls_params()
+        assert params["ls_model_type"] == "chat"
+        assert params["ls_provider"] == "cyrene" and params["ls_model_name"] == model._llm_type

@@ -216,6 +216,25 @@ def test_a_failing_judge_falls_back_to_the_scorer():
     assert quiet_reason(state).startswith("judge failed (AssertionError); score 0.06 < 0.5")
 
 
+def test_the_demo_model_can_be_the_judge():
+    """The demo model answers a forced tool choice (structured output) with a call of that
+    tool, so `LLMReplyJudge(DemoChatModel())` decides instead of falling back."""
+    from studio.demo.model import DemoChatModel
+
+    with open_checkpointer("memory") as saver:
+        graph = group_graph(
+            saver, replies(), group_reply="judged", reply_judge=LLMReplyJudge(DemoChatModel())
+        )
+        chatting = say(graph, "g", "哈哈", "小明")
+        asking = say(graph, "g", "这题怎么做？", "小红")
+    assert quiet_reason(chatting) == "judge: （演示模型）"
+    assert asking["presence"] == {
+        **asking["presence"],
+        "reply": True,
+        "reason": "judge: （演示模型）",
+    }
+
+
 async def test_a_quiet_turn_on_the_async_path():
     model = replies()
     async with open_checkpointer("memory") as saver:

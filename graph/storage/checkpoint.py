@@ -88,7 +88,7 @@ def sqlite_path(url: str) -> Path:
     return path
 
 
-class open_checkpointer(AbstractContextManager, AbstractAsyncContextManager):
+def open_checkpointer(url: str) -> CheckpointerOpener:
     """A checkpointer for `url`: a sync saver under `with`, an async one under `async with`.
 
     Tables are created on entry and the connection is closed on exit, so a
@@ -111,6 +111,16 @@ class open_checkpointer(AbstractContextManager, AbstractAsyncContextManager):
         ...     graph = build_graph(config, checkpointer=saver)
         >>> async with open_checkpointer("postgresql://postgres@127.0.0.1/test") as saver:
         ...     graph = build_graph(config, checkpointer=saver)
+    """
+    return CheckpointerOpener(url)
+
+
+class CheckpointerOpener(AbstractContextManager, AbstractAsyncContextManager):
+    """The saver at a checkpoint URL, opened on entry and closed on exit
+    (`open_checkpointer` makes one).
+
+    Raises:
+        ValueError: the URL has another scheme.
     """
 
     def __init__(self, url: str) -> None:

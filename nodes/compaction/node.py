@@ -17,9 +17,10 @@ from nodes.compaction.summary import StructuralCompactor
 from nodes.core.env import SessionEnv, env_of
 from nodes.core.loop import Loop
 from nodes.core.state import LoopState
+from nodes.kernel.compat import RunnableCallable
 
 
-def make_compact(loop: Loop):
+def make_compact(loop: Loop) -> RunnableCallable:
     compactor = loop.config.compactor or StructuralCompactor()
 
     def compact(
@@ -29,4 +30,4 @@ def make_compact(loop: Loop):
         move what the summary covers to the transcript archive."""
         return compacted(loop, compactor, env_of(runtime), state, config)
 
-    return compact
+    return RunnableCallable(compact, name="compact", trace=False)

@@ -49,6 +49,7 @@ from nodes.extraction.background import ExtractionJob
 from nodes.extraction.ledger import Record, extraction_ledger_for
 from nodes.extraction.planning import apply_changes, plan_extraction
 from nodes.extraction.plans import planned_once
+from nodes.kernel.compat import RunnableCallable
 from nodes.kernel.messages import last_human
 from nodes.kernel.run_config import thread_id
 from nodes.kernel.transcript import (
@@ -325,7 +326,7 @@ def extract_turns(
     ]
 
 
-def make_extract_memory(loop: Loop):
+def make_extract_memory(loop: Loop) -> RunnableCallable:
     def extract_memory(
         state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]
     ) -> dict[str, Any]:
@@ -349,4 +350,4 @@ def make_extract_memory(loop: Loop):
             update[PENDING] = pending
         return update
 
-    return extract_memory
+    return RunnableCallable(extract_memory, name="extract_memory", trace=False)

@@ -14,6 +14,7 @@ from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models.base import LangSmithParams
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 
@@ -25,6 +26,13 @@ Kwargs = dict[str, Any]
 
 class ReplyChatModel(BaseChatModel):
     """A chat model whose reply to `messages` is `reply(messages, run_manager, kwargs)`."""
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        """What tracing reports of the model (LangChain's standard params): its own
+        `_llm_type` as the model's name, under the `cyrene` provider."""
+        return LangSmithParams(
+            ls_provider="cyrene", ls_model_name=self._llm_type, ls_model_type="chat"
+        )
 
     def reply(self, messages: Messages, run_manager: RunManager, kwargs: Kwargs) -> BaseMessage:
         """The whole reply."""

@@ -10,12 +10,13 @@ from langgraph.runtime import Runtime
 from nodes.core.env import SessionEnv, env_of
 from nodes.core.loop import Loop
 from nodes.core.state import LoopState
+from nodes.kernel.compat import RunnableCallable
 from nodes.kernel.messages import last_human, message_text
 from nodes.kernel.transcript import annotated, final_ai_message
 from nodes.tools.hooks import run_hook
 
 
-def make_finish_turn(loop: Loop):
+def make_finish_turn(loop: Loop) -> RunnableCallable:
     def finish_turn(
         state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]
     ) -> dict[str, Any]:
@@ -37,4 +38,4 @@ def make_finish_turn(loop: Loop):
             update["messages"] = [annotated(final, mood=mood)]
         return update
 
-    return finish_turn
+    return RunnableCallable(finish_turn, name="finish_turn", trace=False)

@@ -24,6 +24,7 @@ from langchain_core.runnables import RunnableConfig
 from nodes.core.loop import Loop
 from nodes.core.protocols import ImageDescriber
 from nodes.core.state import LoopState
+from nodes.kernel.compat import RunnableCallable
 from nodes.kernel.images import ImageError, image_ref, is_image_block, placeholder
 from nodes.kernel.messages import message_text
 from nodes.kernel.transcript import annotated, unanswered_start
@@ -79,7 +80,7 @@ def model_accepts_images(loop: Loop) -> bool:
     return bool(profile.get("image_inputs"))
 
 
-def make_resolve_vision(loop: Loop):
+def make_resolve_vision(loop: Loop) -> RunnableCallable:
     vision = loop.config.vision
     # Images pass through when nothing describes them or the model sees them itself.
     describe = None if vision is None or model_accepts_images(loop) else describer_for(vision)
@@ -105,4 +106,4 @@ def make_resolve_vision(loop: Loop):
             return {}
         return {"messages": updated, "image_descriptions": cache}
 
-    return resolve_vision
+    return RunnableCallable(resolve_vision, name="resolve_vision", trace=False)

@@ -50,6 +50,8 @@ class DemoChatModel(OfflineChatModel):
         return "cyrene-demo"
 
     def reply_to(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> AIMessage:
+        if (forced := forced_tool(kwargs)) is not None:
+            return forced_call(forced, messages)
         return reply(messages, bound_tool_names(kwargs))
 
     def chunks(self, message: AIMessage) -> Iterator[AIMessageChunk]:
@@ -59,6 +61,33 @@ class DemoChatModel(OfflineChatModel):
             return
         for piece in re.findall(r".{1,4}", str(message.content), re.DOTALL):
             yield AIMessageChunk(content=piece)
+
+
+def forced_tool(kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The tool a request's `tool_choice` makes the model call (structured output does
+    this), as its OpenAI function schema; None when the model may choose."""
+    choice, tools = kwargs.get("tool_choice"), kwargs.get("tools") or []
+    if isinstance(choice, dict):
+        choice = (choice.get("function") or {}).get("name") or choice.get("name")
+    if choice in (None, "auto", "none") or not tools:
+        return None
+    named = [t["function"] for t in tools if t["function"]["name"] == choice]
+    return named[0] if named else tools[0]["function"]  # "any" / "required": the first
+
+
+def forced_call(function: dict[str, Any], messages: Sequence[BaseMessage]) -> AIMessage:
+    """A call of `function` with arguments made from its schema: a yes/no is yes when the
+    last message asks a question, text says it is the demo's."""
+    humans = [m for m in messages if isinstance(m, HumanMessage)]
+    asked = bool(humans) and message_text(humans[-1]).rstrip().endswith(("?", "？"))
+    made = {"boolean": asked, "string": f"（{DEMO_LABEL}）", "integer": 0, "number": 0}
+    properties = (function.get("parameters") or {}).get("properties") or {}
+    args = {
+        key: spec.get("default", made.get(spec.get("type", "string")))
+        for key, spec in properties.items()
+    }
+    call_id = f"demo-{uuid.uuid4().hex[:12]}"
+    return AIMessage("", tool_calls=[{"name": function["name"], "args": args, "id": call_id}])
 
 
 def persona_name(messages: Sequence[BaseMessage]) -> str:
