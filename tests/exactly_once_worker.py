@@ -110,14 +110,14 @@ class ChangingExtractor:
 
 class SlowAckStore(MemoryStore):
     """A store on the server whose write acknowledgements arrive late: `ack` seconds, or
-    0-300 ms. Once a write has landed it touches `stored` in `folder`."""
+    0-300 ms. Once a write has landed it touches `stored` in `marks`."""
 
-    folder = Path()
+    marks = Path()
     ack: float | None = None
 
     def add_many(self, items: Iterable[MemoryItem]) -> list[str]:
         ids = super().add_many(items)
-        (self.folder / "stored").touch()
+        (self.marks / "stored").touch()
         time.sleep(random.uniform(0, SLOW_ACK) if self.ack is None else self.ack)
         return ids
 
@@ -140,7 +140,7 @@ def put(path: Path, record: dict) -> None:
 
 
 def turn(spec: dict) -> dict:
-    SlowAckStore.folder, SlowAckStore.ack = Path(spec["dir"]), spec.get("ack")
+    SlowAckStore.marks, SlowAckStore.ack = Path(spec["dir"]), spec.get("ack")
     store = SlowAckStore.connect("127.0.0.1", spec["port"], HashingEmbedding())
     thread: Any = {"configurable": {"thread_id": spec["thread"]}}
     with open_checkpointer(spec["url"]) as saver:

@@ -67,6 +67,19 @@ async def test_runnable_callable_runs_the_async_twin_on_ainvoke():
     )
 
 
+async def test_a_sync_node_runs_on_a_worker_thread_in_an_async_run():
+    import threading
+
+    def sync(state: dict) -> dict:
+        return {"thread": threading.get_ident()}
+
+    node = compat.sync_node(sync, "sync_only")
+    assert node.name == "sync_only"
+    assert (await node.ainvoke({}))["thread"] != threading.get_ident(), (
+        "coerce_to_runnable no longer runs a sync function off the event loop"
+    )
+
+
 class _State(TypedDict):
     messages: Annotated[list, add_messages]
 

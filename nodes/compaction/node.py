@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.runtime import Runtime
 
 from nodes.compaction.policy import compacted
@@ -17,10 +17,10 @@ from nodes.compaction.summary import StructuralCompactor
 from nodes.core.env import SessionEnv, env_of
 from nodes.core.loop import Loop
 from nodes.core.state import LoopState
-from nodes.kernel.compat import RunnableCallable
+from nodes.kernel.compat import sync_node
 
 
-def make_compact(loop: Loop) -> RunnableCallable:
+def make_compact(loop: Loop) -> Runnable[Any, Any]:
     compactor = loop.config.compactor or StructuralCompactor()
 
     def compact(
@@ -30,4 +30,4 @@ def make_compact(loop: Loop) -> RunnableCallable:
         move what the summary covers to the transcript archive."""
         return compacted(loop, compactor, env_of(runtime), state, config)
 
-    return RunnableCallable(compact, name="compact", trace=False)
+    return sync_node(compact, "compact")

@@ -38,7 +38,7 @@ from functools import partial
 from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.runtime import Runtime
 
 from memory.items import Source
@@ -49,7 +49,7 @@ from nodes.extraction.background import ExtractionJob
 from nodes.extraction.ledger import Record, extraction_ledger_for
 from nodes.extraction.planning import apply_changes, plan_extraction
 from nodes.extraction.plans import planned_once
-from nodes.kernel.compat import RunnableCallable
+from nodes.kernel.compat import sync_node
 from nodes.kernel.messages import last_human
 from nodes.kernel.run_config import thread_id
 from nodes.kernel.transcript import (
@@ -326,7 +326,7 @@ def extract_turns(
     ]
 
 
-def make_extract_memory(loop: Loop) -> RunnableCallable:
+def make_extract_memory(loop: Loop) -> Runnable[Any, Any]:
     def extract_memory(
         state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]
     ) -> dict[str, Any]:
@@ -350,4 +350,4 @@ def make_extract_memory(loop: Loop) -> RunnableCallable:
             update[PENDING] = pending
         return update
 
-    return RunnableCallable(extract_memory, name="extract_memory", trace=False)
+    return sync_node(extract_memory, "extract_memory")

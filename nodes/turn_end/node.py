@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.runtime import Runtime
 
 from nodes.core.env import SessionEnv, env_of
 from nodes.core.loop import Loop
 from nodes.core.state import LoopState
-from nodes.kernel.compat import RunnableCallable
+from nodes.kernel.compat import sync_node
 from nodes.kernel.messages import last_human, message_text
 from nodes.kernel.transcript import annotated, final_ai_message
 from nodes.tools.hooks import run_hook
 
 
-def make_finish_turn(loop: Loop) -> RunnableCallable:
+def make_finish_turn(loop: Loop) -> Runnable[Any, Any]:
     def finish_turn(
         state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]
     ) -> dict[str, Any]:
@@ -38,4 +38,4 @@ def make_finish_turn(loop: Loop) -> RunnableCallable:
             update["messages"] = [annotated(final, mood=mood)]
         return update
 
-    return RunnableCallable(finish_turn, name="finish_turn", trace=False)
+    return sync_node(finish_turn, "finish_turn")

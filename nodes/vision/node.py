@@ -19,12 +19,12 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig
 
 from nodes.core.loop import Loop
 from nodes.core.protocols import ImageDescriber
 from nodes.core.state import LoopState
-from nodes.kernel.compat import RunnableCallable
+from nodes.kernel.compat import sync_node
 from nodes.kernel.images import ImageError, image_ref, is_image_block, placeholder
 from nodes.kernel.messages import message_text
 from nodes.kernel.transcript import annotated, unanswered_start
@@ -80,7 +80,7 @@ def model_accepts_images(loop: Loop) -> bool:
     return bool(profile.get("image_inputs"))
 
 
-def make_resolve_vision(loop: Loop) -> RunnableCallable:
+def make_resolve_vision(loop: Loop) -> Runnable[Any, Any]:
     vision = loop.config.vision
     # Images pass through when nothing describes them or the model sees them itself.
     describe = None if vision is None or model_accepts_images(loop) else describer_for(vision)
@@ -106,4 +106,4 @@ def make_resolve_vision(loop: Loop) -> RunnableCallable:
             return {}
         return {"messages": updated, "image_descriptions": cache}
 
-    return RunnableCallable(resolve_vision, name="resolve_vision", trace=False)
+    return sync_node(resolve_vision, "resolve_vision")

@@ -10,9 +10,10 @@ the tests cover for the same reason (`DeltaChannel` is Beta).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph._internal._constants import (
     CONFIG_KEY_CHECKPOINTER,
     CONFIG_KEY_DURABILITY,
@@ -57,6 +58,7 @@ __all__ = [
     "parent_context",
     "reclass_compiled",
     "retry_policy_retries",
+    "sync_node",
 ]
 
 CompiledT = TypeVar("CompiledT", bound="CompiledStateGraph[Any, Any, Any, Any]")
@@ -73,6 +75,14 @@ def reclass_compiled(
     """
     attrs = {k: v for k, v in compiled.__dict__.items() if k != "__orig_class__"}
     return cls(**attrs, **extra)
+
+
+def sync_node(func: Callable[..., Any], name: str) -> Runnable[Any, Any]:
+    """A sync function as a node, made as `add_node` makes one (LangGraph's private
+    `coerce_to_runnable`): an async run calls it on a worker thread, never on the loop."""
+    from langgraph._internal._runnable import coerce_to_runnable
+
+    return coerce_to_runnable(func, name=name, trace=False)
 
 
 def chat_model_provider(model: BaseChatModel) -> str:
