@@ -173,9 +173,6 @@ def test_what_the_loop_cannot_run_is_refused_with_its_place():
         make_config(ScriptedChatModel(), middleware=[object()])
     with pytest.raises(ValueError, match=r"middleware\[0\] \(AgentLevel\) has before_agent"):
         build_graph(make_config(ScriptedChatModel(), middleware=[AgentLevel()]))
-    review = HumanInTheLoopMiddleware(interrupt_on={"add": True})
-    with pytest.raises(ValueError, match="HumanInTheLoopMiddleware\\) is not supported yet"):
-        build_graph(make_config(ScriptedChatModel(), middleware=[review]))
 
 
 def test_middleware_runs_in_studios_graph(tmp_path, monkeypatch):
@@ -231,3 +228,43 @@ async def test_speaker_attribution_runs_in_a_plain_create_agent(run):
         )
         == 2
     )
+
+
+@RUNS
+@pytest.mark.parametrize("decision", ["approve", "edit", "reject"])
+async def test_human_in_the_loop_asks_then_the_resume_goes_on_from_the_same_reply(run, decision):
+    """The reviewer sees the call the model made; `Command(resume=...)` applies the
+    decision to that very reply: the model is not called again for it, an edit runs
+    with the edited arguments, a rejection runs nothing."""
+    from langgraph.types import Command
+
+    model = ScriptedChatModel(script=[tool_calls(call("add", "c1", a=1, b=2)), AIMessage("好了")])
+    review = HumanInTheLoopMiddleware(interrupt_on={"add": True})
+    answer = {
+        "approve": {"type": "approve"},
+        "edit": {"type": "edit", "edited_action": {"name": "add", "args": {"a": 5, "b": 5}}},
+        "reject": {"type": "reject", "message": "不用算了"},
+    }[decision]
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(model, middleware=[review]), saver)
+        config = thread(f"review-{run}-{decision}")
+        first = {"messages": [human("算一下 1+2")]}
+        resume = Command(resume={"decisions": [answer]})
+        if run == "sync":
+            asked = graph.invoke(first, config, context=SessionEnv())
+            done = graph.invoke(resume, config, context=SessionEnv())
+        else:
+            asked = await graph.ainvoke(first, config, context=SessionEnv())
+            done = await graph.ainvoke(resume, config, context=SessionEnv())
+    [request] = [i.value for i in asked["__interrupt__"]]
+    assert request["action_requests"][0]["args"] == {"a": 1, "b": 2}
+    results = [m for m in done["messages"] if isinstance(m, ToolMessage)]
+    [result] = results
+    if decision == "approve":
+        assert result.content == "3"
+    elif decision == "edit":  # LangChain tells the model what ran instead
+        assert result.text.endswith("\n10") and 'add with arguments {"a": 5, "b": 5}' in result.text
+    else:
+        assert result.status == "error" and "不用算了" in result.text
+    assert len(model.requests) == 2, "the reviewed reply was not asked for again"
+    assert done["messages"][-1].content == "好了"

@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from langchain_core.messages import BaseMessage
 from langgraph.errors import GraphBubbleUp
+from langgraph.func import task
 
 from nodes.capacity.policy import WakeTiers
 from nodes.compaction.policy import Compaction
@@ -55,6 +57,7 @@ from nodes.core.policy import (
 )
 from nodes.fallbacks.policy import FallbackModels
 from nodes.guards.policy import Guardrails
+from nodes.kernel.steps import Either
 from nodes.middleware.hooks import MiddlewareHooks, check_middleware
 from nodes.presence.policy import Presence
 from nodes.prompt_cache.policy import PromptCacheBreakpoints
@@ -100,14 +103,18 @@ def round_policies(loop: Loop) -> PolicyChain:
     ]
     if config.hooks.before_batch is not None or config.hooks.after_batch is not None:
         chain.append(BatchHooks(config.hooks))
-    return PolicyChain((*chain, *config.policies))
+    # A middleware's after_model may interrupt (ask a person): its round's reply is then
+    # recorded, so the resume continues from that reply instead of calling the model again.
+    recorded = any(isinstance(p, MiddlewareHooks) and p.has("after_model") for p in chain)
+    return PolicyChain((*chain, *config.policies), record_replies=recorded)
 
 
 class PolicyChain:
     """The ordered policies, split by hook once, with whether each fold may block."""
 
-    def __init__(self, policies: Sequence[RoundPolicy]) -> None:
+    def __init__(self, policies: Sequence[RoundPolicy], *, record_replies: bool = False) -> None:
         self.policies = tuple(policies)
+        self.innermost: CallModel = _recorded_invoke if record_replies else _invoke
         self.before = [p for p in self.policies if p.has("before_model")]
         self.around = [p for p in self.policies if p.has("wrap_model_call")]
         self.after = [p for p in self.policies if p.has("after_model")]
@@ -124,7 +131,7 @@ class PolicyChain:
 
     def call(self, round: Round, request: ModelCall) -> CallSteps:
         """The model call, wrapped by each policy, the first outermost."""
-        handler: CallModel = _invoke
+        handler = self.innermost
         for policy in reversed(self.around):
             handler = _wrapped(policy, round, handler)
         return (yield from handler(request))
@@ -138,6 +145,24 @@ class PolicyChain:
 
 def _invoke(request: ModelCall) -> CallSteps:
     return (yield Invoke(request))
+
+
+def _reply(request: ModelCall) -> BaseMessage:
+    return Invoke(request).run()
+
+
+async def _areply(request: ModelCall) -> BaseMessage:
+    return await Invoke(request).arun(request.config)
+
+
+_model_reply: Any = cast(Any, task)(name="model_reply")(_reply)
+_amodel_reply: Any = cast(Any, task)(name="model_reply")(_areply)
+
+
+def _recorded_invoke(request: ModelCall) -> CallSteps:
+    """The call as a LangGraph task: its reply is kept with the node's pending writes, and
+    a rerun of the node after an interrupt gets it back without a model call."""
+    return (yield Either(lambda: _model_reply(request).result(), lambda: _amodel_reply(request)))
 
 
 def _wrapped(policy: RoundPolicy, round: Round, inner: CallModel) -> CallModel:

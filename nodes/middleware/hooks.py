@@ -20,7 +20,9 @@ each runs inside `call_model`, so a round still costs one checkpoint:
                      the reply's id replaces the reply, `ToolMessage`s answer
                      calls so that they never run, other messages follow them,
                      other keys are written to state, `jump_to: "end"` ends
-                     the turn after them
+                     the turn after them; it may interrupt (a person's review):
+                     the round's reply is then recorded (`nodes.loop.chain`), and
+                     the resume goes on from it
     wrap_tool_call   around each tool call, inside the restricted-session guard
                      (`nodes.tools.node`), so no middleware can run a tool a
                      restricted session may not
@@ -63,18 +65,8 @@ def check_middleware(middleware: AgentMiddleware, index: int) -> None:
     """Refuse what the loop cannot run, naming the entry (`LoopConfig` checked its type).
 
     Raises:
-        ValueError: it has agent-level hooks, jumps somewhere other than the end, or is
-            `HumanInTheLoopMiddleware`.
+        ValueError: it has agent-level hooks, or jumps somewhere other than the end.
     """
-    from langchain.agents.middleware import HumanInTheLoopMiddleware
-
-    if isinstance(middleware, HumanInTheLoopMiddleware):
-        # Its after_model interrupts inside call_model: the resume would call the model
-        # again and apply the decision to a reply the reviewer never saw.
-        raise ValueError(
-            f"middleware[{index}] (HumanInTheLoopMiddleware) is not supported yet: use "
-            "ToolHooks.before_call to hold a call, or interrupt() in a tool"
-        )
     agent_hooks = [hook for hook in AGENT_HOOKS if overrides(middleware, hook)]
     if agent_hooks:
         raise ValueError(
