@@ -85,11 +85,10 @@ def make_dispatch_tools(loop: Loop) -> ToolNode:
     async def aguarded(
         request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolOutcome]]
     ):
-        config = request.runtime.config
-        if (refused := await off_loop(vet_hops, config, refusal, loop, request)) is not None:
+        if (refused := await off_loop(vet_hops, refusal, loop, request)) is not None:
             return refused
         result = await execute(request)
-        await off_loop(report_hops, config, report_call, loop, request, result)
+        await off_loop(report_hops, report_call, loop, request, result)
         return result
 
     return ToolNode(
