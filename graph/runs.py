@@ -28,7 +28,6 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Durability, StateUpdate
 
-from graph.run_steps import Ask, Emit, Run, Stepper, Steps
 from graph.sessions.binding import (
     Asked,
     Bound,
@@ -65,6 +64,7 @@ from nodes.kernel.compat import (
 )
 from nodes.kernel.images import MAX_IMAGE_BYTES
 from nodes.kernel.run_config import configurable, thread_id
+from nodes.kernel.steps import Either, Steps, Stream, adrive_streaming, drive_streaming
 
 log = logging.getLogger("cyrene.sessions")
 MESSAGES = "messages"
@@ -173,11 +173,16 @@ class CyreneGraph(CompiledStateGraph):
         return {"configurable": {**at, "checkpoint_id": checkpoint_id} if checkpoint_id else at}
 
     # -- a run, as steps ------------------------------------------------------------------
-    def _steps(self, asked: Asked, config: RunnableConfig | None, kwargs: dict) -> Steps:
+    def _steps(
+        self, asking: Callable[[], Asked], config: RunnableConfig | None, kwargs: dict
+    ) -> Steps:
         """The run, as steps that `stream` carries out in its thread and `astream` awaits:
-        bind it to what its thread was opened as, wait for the session, work out what to
-        run, run it (or hand over the state another caller's turn answered with), and give
-        the session back."""
+        admit it (`asking`), bind it to what its thread was opened as, wait for the session,
+        work out what to run, run it (or hand over the state another caller's turn answered
+        with), and give the session back. A turn's `Stream` is yielded here, not from a
+        generator this one delegates to: a caller stopping early throws in GeneratorExit, and
+        Python closes a delegate, where the `finally` could no longer give the session back."""
+        asked = asking()
         if isinstance(asked.input, Command) and self._saves_itself:
             yield from self._check_command(asked.input, config)
         bound = yield from self._bind(asked, config)
@@ -187,13 +192,13 @@ class CyreneGraph(CompiledStateGraph):
             input = bound.input
             if input is None and self._saves_itself and not (yield from self._resumable(config)):
                 raise _nothing_to_resume(config)
-            yield Run(self._opening(input, bound), config, self._run_kwargs(config, kwargs))
+            yield self._turn(self._opening(input, bound), config, self._run_kwargs(config, kwargs))
             return None
         input = with_ids(bound.input)
         gate = self._gate()
         refuse_reentry(gate.inbox, thread)
         entry = entry_for(thread, input, bound.env, config)
-        outcome = yield Ask(gate.wait_turn, gate.await_turn, (entry,))
+        outcome = yield from gate.wait_turn(entry)
         if isinstance(outcome, Answered):
             return (yield from self._answer(outcome.checkpoint_id, config, kwargs))
         answered: str | None = None
@@ -208,10 +213,10 @@ class CyreneGraph(CompiledStateGraph):
                 if isinstance(run_input, dict):
                     yield from self._finish_dead_step(config)
                 opening = self._opening(run_input, bound)
-                yield Run(opening, config, self._run_kwargs(config, kwargs))
+                yield self._turn(opening, config, self._run_kwargs(config, kwargs))
             answered = (yield from self._latest_id(config)) if outcome.merged else ""
         finally:
-            yield Ask(gate.release, gate.arelease, (outcome, answered))
+            yield gate.release(outcome, answered)
         return None
 
     def _opening(self, input: Any, bound: Bound) -> Any:
@@ -262,7 +267,7 @@ class CyreneGraph(CompiledStateGraph):
     def _opened_as(self, saver: BaseCheckpointSaver, config: RunnableConfig | None) -> Steps:
         """The actor the run's thread was opened as (`graph.sessions.binding.opened_as`)."""
         thread = str(thread_id(config))
-        return (yield Ask(partial(opened_as, saver, thread), partial(aopened_as, saver, thread)))
+        return (yield Either(opened_as, aopened_as, (saver, thread)))
 
     def _still_unbound(self, env: SessionEnv, config: RunnableConfig | None) -> Steps:
         """Refuse a first turn whose thread another caller opened as another actor first."""
@@ -298,25 +303,29 @@ class CyreneGraph(CompiledStateGraph):
         that died amid its tools is not resumed: the new message moves on, and its dangling
         calls are closed (`nodes.core.reducers`)."""
         latest = self._at(config, None)
-        saved = yield Ask(self._saver.get_tuple, self._saver.aget_tuple, (latest,))
+        saved = yield self._saved(latest)
         if saved is None or not any(final_reply(w) for w in saved.pending_writes or ()):
             return
         turn = turn_env((yield from self._state(latest)).values.get("messages", []))
         if turn is None:  # saved before turns recorded their env: who spoke is not known
             return
-        quiet = self._run_kwargs(config, {"context": turn})
-        yield Run(None, self._traced(config, turn), quiet, quiet=True)
+        kwargs = self._run_kwargs(config, {"context": turn})
+        yield Either(self._drain, self._adrain, (None, self._traced(config, turn), kwargs))
 
     def _resumable(self, config: RunnableConfig | None) -> Steps:
         # A crash can land after a task's writes were saved but before the next
         # checkpoint was: `next` is then empty, yet LangGraph resumes from the writes.
-        saved = yield Ask(self._saver.get_tuple, self._saver.aget_tuple, (config or {},))
+        saved = yield self._saved(config or {})
         if saved is None:
             return False
         return bool(saved.pending_writes or (yield from self._state(config)).next)
 
     def _state(self, config: RunnableConfig | None) -> Steps:
-        return (yield Ask(self.get_state, self.aget_state, (config or {},)))
+        return (yield Either(self.get_state, self.aget_state, (config or {},)))
+
+    def _saved(self, config: RunnableConfig) -> Either:
+        """The saver's checkpoint tuple at `config`, with its pending writes."""
+        return Either(self._saver.get_tuple, self._saver.aget_tuple, (config,))
 
     def _claimed_input(self, claim: Claim, input: Any, config: RunnableConfig | None) -> Steps:
         if claim.recovering:
@@ -330,12 +339,14 @@ class CyreneGraph(CompiledStateGraph):
     def _answer(
         self, checkpoint_id: str | None, config: RunnableConfig | None, kwargs: dict
     ) -> Steps:
+        """The state another caller's turn answered this call with, streamed as this run's
+        `stream_mode` shapes it."""
         values = (yield from self._state(self._at(config, checkpoint_id))).values
-        yield Emit(answered_chunks(values, kwargs, self.stream_mode))
+        yield Stream(iter, _each, (answered_chunks(values, kwargs, self.stream_mode),))
 
     def _latest_id(self, config: RunnableConfig | None) -> Steps:
         at = self._at(config, None)
-        saved = yield Ask(self._saver.get_tuple, self._saver.aget_tuple, (at,))
+        saved = yield self._saved(at)
         return configurable(saved.config)["checkpoint_id"] if saved else ""
 
     def _admit(self, input: Any, config: RunnableConfig | None, context: Any) -> tuple[Any, Any]:
@@ -421,52 +432,55 @@ class CyreneGraph(CompiledStateGraph):
         admitted = _admitted(supersteps, actor)
         return await super().abulk_update_state(self._edit_traced(config, actor), admitted)
 
-    # -- the two drivers --------------------------------------------------------------------
+    # -- the turn, and carrying the steps out ------------------------------------------------
+    def _turn(self, input: Any, config: RunnableConfig | None, kwargs: dict) -> Stream:
+        """The turn itself: LangGraph's stream, counted in `TURNS`; its chunks go to the caller."""
+        return Stream(self._chunks, self._achunks, (input, config, kwargs))
+
+    def _chunks(self, input: Any, config: RunnableConfig | None, kwargs: dict) -> Iterator:
+        with TURNS.turn():
+            yield from super().stream(input, config, **kwargs)
+
+    async def _achunks(
+        self, input: Any, config: RunnableConfig | None, kwargs: dict
+    ) -> AsyncIterator:
+        with TURNS.turn():
+            async for chunk in super().astream(input, config, **kwargs):
+                yield chunk
+
+    def _drain(self, input: Any, config: RunnableConfig | None, kwargs: dict) -> None:
+        """A turn that is not the caller's (a dead turn finished first): its chunks are
+        dropped, and its failure is logged, not raised."""
+        with _logged():
+            deque(self._chunks(input, config, kwargs), maxlen=0)
+
+    async def _adrain(self, input: Any, config: RunnableConfig | None, kwargs: dict) -> None:
+        with _logged():
+            async for _ in self._achunks(input, config, kwargs):
+                pass
+
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator:
+        """The run's steps carried out in this thread, the turn's chunks streamed."""
         asked = self._asked(input, config, kwargs)
-        return self._drive(Stepper(self._steps(asked, config, kwargs)))
+        return drive_streaming(self._steps(lambda: asked, config, kwargs))
 
-    def _drive(self, steps: Stepper) -> Iterator:
-        """Carry out a run's steps in this thread, streaming the turn's chunks."""
-        while (step := steps.next()) is not None:
-            try:
-                if isinstance(step, Run) and step.quiet:
-                    with TURNS.turn(), _logged(step):
-                        deque(super().stream(step.input, step.config, **step.kwargs), maxlen=0)
-                elif isinstance(step, Run):
-                    with TURNS.turn():
-                        yield from super().stream(step.input, step.config, **step.kwargs)
-                elif isinstance(step, Emit):
-                    yield from step.chunks
-                steps.answer(step.get(*step.args) if isinstance(step, Ask) else None)
-            except BaseException as exc:
-                steps.fail(exc)
-
-    async def astream(
+    def astream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator:
-        """`stream`, awaited: the same steps, with the event loop free while the call waits."""
-        steps = Stepper(self._steps(self._asked(input, config, kwargs), config, kwargs))
-        while (step := steps.next()) is not None:
-            try:
-                if isinstance(step, Run) and step.quiet:
-                    with TURNS.turn(), _logged(step):
-                        async for _ in super().astream(step.input, step.config, **step.kwargs):
-                            pass
-                elif isinstance(step, Run):
-                    with TURNS.turn():
-                        async for chunk in super().astream(step.input, step.config, **step.kwargs):
-                            yield chunk
-                elif isinstance(step, Emit):
-                    for chunk in step.chunks:
-                        yield chunk
-                steps.answer(await step.aget(*step.args) if isinstance(step, Ask) else None)
-            except BaseException as exc:
-                steps.fail(exc)
+        """`stream`, awaited: the same steps, with the event loop free while the call waits.
+        Its input is admitted at the first `anext`, as LangGraph's async generator's is."""
+        asking = partial(self._asked, input, config, kwargs)
+        return adrive_streaming(self._steps(asking, config, kwargs))
+
+
+async def _each(chunks: list[Any]) -> AsyncIterator:
+    """`iter(chunks)` for an async run."""
+    for chunk in chunks:
+        yield chunk
 
 
 @contextmanager
-def _logged(step: Run) -> Iterator[None]:
+def _logged() -> Iterator[None]:
     """A quiet run's failure is logged: the caller's own turn goes on."""
     try:
         yield

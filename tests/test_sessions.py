@@ -278,3 +278,23 @@ async def test_a_cancelled_caller_tells_by_its_message_id_whether_it_was_stored(
         values = (await graph.aget_state(thread("c"))).values
     assert [stored(values, i) for i in "abcd"] == [True, True, True, False]
     assert values["messages"][-1].type == "ai" and len(model.requests) == 2
+
+
+def test_a_caller_that_stops_its_stream_early_gives_the_session_back():
+    """Closing the stream mid-turn throws GeneratorExit into the run's steps; their
+    `finally` still releases the session (else the next call waits out busy_timeout)."""
+    graph = build_graph(make_config(talk_model(), busy_timeout=1), InMemorySaver())
+    chunks = graph.stream({"messages": [HumanMessage("一")]}, thread("early"), stream_mode="values")
+    next(chunks)
+    chunks.close()
+    assert answers(graph.invoke({"messages": [HumanMessage("二", id="b")]}, thread("early")), "b")
+
+
+async def test_an_async_caller_that_stops_its_stream_early_gives_the_session_back():
+    graph = build_graph(make_config(talk_model(), busy_timeout=1), InMemorySaver())
+    turn = {"messages": [HumanMessage("一")]}
+    chunks = graph.astream(turn, thread("early"), stream_mode="values")
+    await anext(chunks)
+    await chunks.aclose()
+    out = await graph.ainvoke({"messages": [HumanMessage("二", id="b")]}, thread("early"))
+    assert answers(out, "b")

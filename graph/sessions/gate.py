@@ -22,14 +22,14 @@ locks within this process only.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 from weakref import WeakValueDictionary
@@ -38,11 +38,12 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from graph.sessions.inbox import Answered, Claim, Entry, PlaceLost, ProcessInbox, Ring, SessionInbox
+from graph.sessions.inbox import Answered, Claim, Entry, PlaceLost, ProcessInbox, SessionInbox
 from graph.storage.checkpoint import PerSaver, database_of
 from nodes.core.config import BusyPolicy
 from nodes.core.env import SessionEnv
 from nodes.kernel.run_config import configurable, thread_id
+from nodes.kernel.steps import Either, Steps, Work
 
 log = logging.getLogger("cyrene.sessions")
 
@@ -187,99 +188,54 @@ def merged_input(claim: Claim, input: dict) -> dict:
 
 
 @dataclass
-class _Call:
-    """An inbox operation: run in place, or on a thread when the inbox's database blocks."""
-
-    fn: Callable[..., Any]
-    args: tuple = ()
-    kwargs: dict = field(default_factory=dict)
-
-    def run(self) -> Any:
-        return self.fn(*self.args, **self.kwargs)
-
-    async def arun(self, blocking: bool) -> Any:
-        if blocking:
-            return await asyncio.to_thread(self.fn, *self.args, **self.kwargs)
-        return self.run()
-
-
-@dataclass
-class _Pause:
-    """Wait for the session's doorbell, at most `seconds`."""
-
-    ring: Ring
-    seconds: float
-
-    def run(self) -> None:
-        self.ring.wait(self.seconds)
-
-    async def arun(self, blocking: bool) -> None:
-        await self.ring.wait_async(self.seconds)
-
-
-Step = _Call | _Pause
-
-
-@dataclass
 class SessionGate:
-    """A call's way through one session's lock, under one policy."""
+    """A call's way through one session's lock, under one policy, as steps of the call's run
+    (`nodes.kernel.steps`): an inbox operation runs on a worker thread in an async run when
+    the inbox's database blocks."""
 
     inbox: SessionInbox
     policy: BusyPolicy
     timeout: float
 
-    def _steps(self, entry: Entry) -> Generator[Step, Any, Claim | Answered]:
-        """The waiting, as steps the sync and async drivers below carry out."""
+    def wait_turn(self, entry: Entry) -> Steps[Claim | Answered]:
+        """Wait until the call holds the session, or another caller's turn answered it; a call
+        that gives up (timed out, cancelled, failed) leaves no entry behind."""
+        try:
+            return (yield from self._wait(entry))
+        except BaseException as exc:
+            self._give_up(entry, exc)
+
+    def _wait(self, entry: Entry) -> Steps[Claim | Answered]:
+        """Enter the inbox, then poll it at each ring of the session's doorbell until the call
+        is let in, answered by another caller's turn, or out of time."""
         merge, queue = self.policy == "merge", self.policy != "reject"
-        outcome = yield _Call(self.inbox.enter, (entry,), {"merge": merge, "queue": queue})
+        enter = partial(self.inbox.enter, merge=merge, queue=queue)
+        outcome = yield self._call(enter, entry)
         if outcome is None and not queue:
             raise SessionBusyError(
                 f"session {entry.thread_id!r} is running a turn (busy_policy='reject'); "
                 "nothing was stored, send again later"
             )
         deadline = time.monotonic() + self.timeout
+        poll = partial(self.inbox.poll, merge=merge)
         while outcome is None:
             ring = self.inbox.bell.arm(entry.thread_id)
             try:
-                outcome = yield _Call(self.inbox.poll, (entry,), {"merge": merge})
+                outcome = yield self._call(poll, entry)
                 left = deadline - time.monotonic()
-                if outcome is None and left <= 0 and (yield _Call(self.inbox.withdraw, (entry,))):
+                if outcome is None and left <= 0 and (yield self._call(self.inbox.withdraw, entry)):
                     raise SessionWaitTimeout(
                         f"session {entry.thread_id!r}: waited {self.timeout:g} s for the running "
                         "turn to end; the message was not stored"
                     )
-                if outcome is None:
-                    yield _Pause(ring, min(self.inbox.poll_every, max(left, 0.001)))
+                if outcome is None:  # the doorbell, at most until the next poll
+                    pause = min(self.inbox.poll_every, max(left, 0.001))
+                    yield Either(ring.wait, ring.wait_async, (pause,))
             finally:
                 self.inbox.bell.disarm(entry.thread_id, ring)
         return outcome
 
-    def wait_turn(self, entry: Entry) -> Claim | Answered:
-        """Block until the call holds the session, or another caller's turn answered it."""
-        steps, result = self._steps(entry), None
-        try:
-            while True:
-                result = steps.send(result).run()
-        except StopIteration as done:
-            return done.value
-        except BaseException as exc:
-            steps.close()
-            self._give_up(entry, exc)
-
-    async def await_turn(self, entry: Entry) -> Claim | Answered:
-        """`wait_turn` for a coroutine: the event loop runs on while the call waits."""
-        steps, result = self._steps(entry), None
-        try:
-            while True:
-                result = await steps.send(result).arun(self.inbox.blocking)
-        except StopIteration as done:
-            return done.value
-        except BaseException as exc:
-            steps.close()
-            self._give_up(entry, exc)
-
     def _give_up(self, entry: Entry, exc: BaseException) -> NoReturn:
-        """The call stops waiting (timed out, cancelled, failed): it leaves no entry behind."""
         if not isinstance(exc, SessionBusyError):
             try:
                 self.inbox.leave(entry)
@@ -289,11 +245,12 @@ class SessionGate:
             raise SessionWaitTimeout(f"{exc}; the message was not stored") from exc
         raise exc
 
-    def release(self, claim: Claim, checkpoint_id: str | None) -> None:
-        self.inbox.release(claim, checkpoint_id)
+    def release(self, claim: Claim, checkpoint_id: str | None) -> Work:
+        """The step that gives the session back (`checkpoint_id`: what merged callers read)."""
+        return self._call(self.inbox.release, claim, checkpoint_id)
 
-    async def arelease(self, claim: Claim, checkpoint_id: str | None) -> None:
-        await _Call(self.inbox.release, (claim, checkpoint_id)).arun(self.inbox.blocking)
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Work:
+        return Work(fn, args, self.inbox.blocking)
 
 
 # -- what a call answered by another caller's turn yields -----------------------------------

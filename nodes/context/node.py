@@ -34,7 +34,7 @@ def make_assemble_context(loop: Loop) -> RunnableCallable:
         state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]
     ) -> dict[str, Any]:
         """Build the model's view for this round (instructions, time, memories, attribution)."""
-        return await off_loop(hops, config, assemble_context, state, config, runtime)
+        return await off_loop(hops, assemble_context, state, config, runtime)
 
     return RunnableCallable(
         assemble_context, aassemble_context, name="assemble_context", trace=False

@@ -162,7 +162,7 @@ class Invoke:
             lambda: runnable.invoke(list(request.view), request.config), request.timeout
         )
 
-    async def arun(self, config: RunnableConfig) -> BaseMessage:
+    async def arun(self) -> BaseMessage:
         runnable, request = self.request.runnable or self.request.bound(), self.request
         return await acall_with_timeout(
             lambda: runnable.ainvoke(list(request.view), request.config), request.timeout

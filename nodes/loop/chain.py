@@ -152,7 +152,7 @@ def _reply(request: ModelCall) -> BaseMessage:
 
 
 async def _areply(request: ModelCall) -> BaseMessage:
-    return await Invoke(request).arun(request.config)
+    return await Invoke(request).arun()
 
 
 _model_reply: Any = cast(Any, task)(name="model_reply")(_reply)

@@ -117,6 +117,6 @@ def make_call_model(loop: Loop) -> RunnableCallable:
         state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]
     ) -> dict:
         """Call the persona's model with this round's view and the tools it may use."""
-        return await adrive(round_steps(loop, chain, state, config, runtime), config)
+        return await adrive(round_steps(loop, chain, state, config, runtime))
 
     return RunnableCallable(call_model, acall_model, name="call_model", trace=False)

@@ -126,7 +126,7 @@ class MiddlewareHooks(RoundPolicy):
             return _response(drive(call(_our_call(request, changed))))
 
         async def ahandler(changed: LangChainRequest) -> ModelResponse:
-            return _response(await adrive(call(_our_call(request, changed)), round.config))
+            return _response(await adrive(call(_our_call(request, changed))))
 
         wrap, awrap = self.middleware.wrap_model_call, self.middleware.awrap_model_call
         if self._async_wrap and self._sync_wrap:

@@ -117,8 +117,7 @@ def make_dispatch_tools(loop: Loop) -> ToolNode:
     async def aguarded(
         request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolOutcome]]
     ):
-        config = request.runtime.config
-        if (refused := await off_loop(vet_hops, config, refusal, loop, request)) is not None:
+        if (refused := await off_loop(vet_hops, refusal, loop, request)) is not None:
             return refused
         try:
             result = await awrapped_execute(middleware, execute)(request)
@@ -126,7 +125,7 @@ def make_dispatch_tools(loop: Loop) -> ToolNode:
             raise
         except Exception as error:
             result = failed_call(request, error)
-        await off_loop(report_hops, config, report_call, loop, request, result)
+        await off_loop(report_hops, report_call, loop, request, result)
         return result
 
     return ToolNode(
