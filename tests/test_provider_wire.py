@@ -182,7 +182,6 @@ def xfail(finding: int, why: str) -> pytest.MarkDecorator:
     return pytest.mark.xfail(strict=True, reason=f"issue 32 finding {finding}: {why}")
 
 
-@xfail(1, "reasoning_effort is sent to gpt-4o-mini, which answers 400 unsupported_parameter")
 def test_the_quickstart_personas_answer_on_gpt_4o_mini(provider_env):
     with open_checkpointer("memory") as saver:
         graph = build_graph(quickstart("openai:gpt-4o-mini"), saver)

@@ -139,7 +139,12 @@ class Loop:
             value = getattr(persona, name, None) if persona else None
             return getattr(cfg, name) if value is None else value
 
-        return Knobs(pick("thinking_budget"), pick("reasoning_effort"), pick("show_thinking"))
+        return Knobs(
+            pick("thinking_budget"),
+            pick("reasoning_effort"),
+            pick("show_thinking"),
+            pick("model_accepts_thinking"),
+        )
 
     def model_for(self, persona_id: str | None) -> BaseChatModel:
         return self.persona_models.get(persona_id or "", self.default_model)

@@ -5,6 +5,12 @@ every model request. Providers spell them differently: OpenAI-compatible APIs
 take `reasoning_effort`, Anthropic takes a `thinking` budget, Ollama a
 `reasoning` switch, Gemini a `thinking_budget`. A provider this module does not
 know gets no knobs at all — never an error.
+
+Only a model that reasons takes them: OpenAI answers 400
+`unsupported_parameter` to `reasoning_effort` on gpt-4o-mini, Anthropic 400 to
+`thinking` on Claude 3.5. Whether it reasons is the persona's
+`model_accepts_thinking`, else LangChain's model profile (`reasoning_output`);
+a model with no profile is sent them, as asked.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 
 from nodes.kernel.providers import Provider
@@ -27,6 +34,15 @@ class Knobs:
     thinking_budget: int | None = None
     reasoning_effort: str | None = None
     show_thinking: bool = True
+    model_accepts_thinking: bool | None = None
+    """Whether the persona's own model takes the knobs; None reads its profile."""
+
+
+def profile_reasons(model: BaseChatModel) -> bool | None:
+    """Whether LangChain's profile of `model` says it reasons (`reasoning_output`); None
+    when it has no profile or the profile does not say."""
+    reasons = (getattr(model, "profile", None) or {}).get("reasoning_output")
+    return reasons if isinstance(reasons, bool) else None
 
 
 def request_kwargs(provider: Provider, knobs: Knobs) -> dict[str, Any]:
