@@ -45,7 +45,7 @@ from langchain_core.tools import BaseTool
 
 from nodes.core.env import SessionEnv
 from nodes.core.state import LoopState
-from nodes.kernel.provider_errors import acall_with_timeout, call_with_timeout
+from nodes.kernel.provider_errors import acall_with_timeout, call_with_timeout, reading_reply
 from nodes.kernel.steps import Step
 from nodes.kernel.transcript import runnable_calls
 
@@ -151,15 +151,17 @@ class Invoke:
 
     def run(self) -> BaseMessage:
         runnable, request = self.request.runnable or self.request.bound(), self.request
-        return call_with_timeout(
-            lambda: runnable.invoke(list(request.view), request.config), request.timeout
-        )
+        with reading_reply():
+            return call_with_timeout(
+                lambda: runnable.invoke(list(request.view), request.config), request.timeout
+            )
 
     async def arun(self, config: RunnableConfig) -> BaseMessage:
         runnable, request = self.request.runnable or self.request.bound(), self.request
-        return await acall_with_timeout(
-            lambda: runnable.ainvoke(list(request.view), request.config), request.timeout
-        )
+        with reading_reply():
+            return await acall_with_timeout(
+                lambda: runnable.ainvoke(list(request.view), request.config), request.timeout
+            )
 
 
 CallSteps = Generator[Step, Any, BaseMessage]

@@ -2,21 +2,24 @@
 
 `call_model` carries LangGraph's `RetryPolicy` (`LoopConfig.retry`); unless the
 caller says otherwise it retries what `is_transient` recognises, and each
-model call runs under `call_with_timeout` / `acall_with_timeout`. The provider
-SDKs are optional for users, so their exceptions are recognised by module and
-attributes, never by importing them.
+model call runs under `call_with_timeout` / `acall_with_timeout`, with a 200 that
+holds no reply raised as `MalformedReply` (`reading_reply`). The provider SDKs are
+optional for users, so their exceptions are recognised by module and attributes,
+never by importing them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from langchain_core.exceptions import ModelError, ModelTimeoutError
+from langchain_core.exceptions import ModelAPIError, ModelError, ModelTimeoutError
 from langgraph.types import RetryPolicy, default_retry_on
 
 from nodes.kernel.compat import retry_policy_retries
@@ -42,6 +45,45 @@ class ModelCallTimeout(ModelTimeoutError, TimeoutError):
     def __init__(self, seconds: float) -> None:
         super().__init__(f"the model did not answer within model_timeout={seconds} seconds")
         self.seconds = seconds
+
+
+class MalformedReply(ModelAPIError):
+    """The provider answered 200 with something that is no reply (a gateway's HTML page, a
+    stream event cut in half, a stream without events); transient, like a 5xx, so it is
+    retried."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(
+            f"the provider's answer is not a reply it could read ({type(cause).__name__}: {cause})"
+        )
+
+
+NO_STREAM_EVENTS = "No generation chunks were returned"
+"""LangChain's `ValueError` for a stream that held no event it could read."""
+TEXT_BODY = "Unexpected response type from OpenAI-compatible endpoint"
+"""langchain-openai's `ValueError` for a body the SDK handed over as text (not JSON)."""
+
+
+def _malformed(exc: BaseException) -> bool:
+    """Whether `exc` says the answer was no reply: a body or stream event that is not JSON,
+    a stream without events, or a text body where the SDK's reply object was expected
+    (langchain-openai names it; langchain-anthropic calls `model_dump` on the text)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return True
+    if isinstance(exc, ValueError):
+        return str(exc) == NO_STREAM_EVENTS or str(exc).startswith(TEXT_BODY)
+    return isinstance(exc, AttributeError) and isinstance(exc.obj, str) and exc.name == "model_dump"
+
+
+@contextmanager
+def reading_reply() -> Iterator[None]:
+    """Around a model call: a malformed answer is raised as `MalformedReply`."""
+    try:
+        yield
+    except Exception as exc:
+        if _malformed(exc):
+            raise MalformedReply(exc) from exc
+        raise
 
 
 def is_transient(exc: BaseException) -> bool:
