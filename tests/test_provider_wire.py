@@ -312,7 +312,6 @@ def test_a_malformed_200_is_retried(emulator, provider, fault):
     assert values["messages"][-1].text == "好的。"
 
 
-@xfail(9, "no model_timeout by default, and LangChain's clients send no timeout at all")
 def test_a_hanging_provider_has_a_default_time_limit(emulator):
     model = openai_model(emulator)
     sdk = model.root_client._client.timeout  # LangChain passes timeout=None: none at all

@@ -263,9 +263,9 @@ class LoopConfig(BaseModel):
         description='chat models or `"provider:model"` strings tried in order, once each, after the persona\'s model failed and its retries are spent',
     )
     model_timeout: float | None = Field(
-        default=None,
+        default=120.0,
         gt=0,
-        description="seconds a model call may take; a slower one is abandoned and counts as a transient error (`None` = no limit)",
+        description="seconds a model call may take, the whole streamed reply included; a slower one is abandoned and counts as a transient error (`None` = no limit, as the provider SDKs under LangChain have none)",
     )
     busy_policy: BusyPolicy = Field(
         default="merge",
