@@ -1,6 +1,7 @@
-"""The provider SDK clients `call_model` sends through (issue 32, finding 7 and 9): one
+"""The provider clients `call_model` sends through (issue 32, findings 5, 7 and 9): one
 attempt per call, so LangGraph's `RetryPolicy` is the only retry; the model's time limit;
-a 200 that holds no reply raised as `MalformedReply`, and retried."""
+a 200 that holds no reply raised as `MalformedReply`, and retried; usage asked for in
+OpenAI-family streams."""
 
 # ruff: noqa: F811  (the fixtures are imported from tests.emulator.fixtures, then used as parameters)
 
@@ -59,3 +60,23 @@ def test_a_malformed_200_that_persists_fails_as_a_malformed_reply(emulator, prov
     with open_checkpointer("memory") as saver, pytest.raises(MalformedReply, match="not a reply"):
         build_graph(config, saver).invoke({"messages": [HumanMessage("你好")]}, thread("m"))
     assert len(emulator.generations()) == 3
+
+
+def streamed_turn_payload(emulator, model) -> dict:
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(model), saver)
+        inputs = {"messages": [HumanMessage("你好")]}
+        for _ in graph.stream(inputs, thread("s"), stream_mode="messages"):
+            pass
+    return emulator.generations()[-1].payload
+
+
+def test_an_openai_model_behind_a_custom_url_asks_for_stream_usage(emulator):
+    payload = streamed_turn_payload(emulator, openai_model(emulator))
+    assert payload["stream_options"] == {"include_usage": True}
+
+
+def test_stream_usage_the_caller_turned_off_stays_off(emulator):
+    assert "stream_options" not in streamed_turn_payload(
+        emulator, openai_model(emulator, stream_usage=False)
+    )

@@ -27,7 +27,7 @@ from nodes.extraction.background import BackgroundJobs
 from nodes.kernel.compat.sdk_clients import single_attempt
 from nodes.kernel.extras import missing_extra
 from nodes.kernel.messages import last_human
-from nodes.kernel.providers import Provider, provider_of
+from nodes.kernel.providers import Provider, provider_of, with_stream_usage
 from nodes.kernel.run_config import thread_id
 from nodes.thinking.knobs import Knobs
 
@@ -69,8 +69,10 @@ def resolve_model(model: BaseChatModel | str, field_name: str) -> BaseChatModel:
 
 def for_call_model(model: BaseChatModel, timeout: float | None) -> BaseChatModel:
     """`model` as `call_model` sends it: its SDK makes one attempt per call, within
-    `timeout` (LangGraph's `RetryPolicy` on the node is the only retry)."""
-    return single_attempt(model, timeout)
+    `timeout` (LangGraph's `RetryPolicy` on the node is the only retry), and an
+    OpenAI-family model asks for usage in its streams."""
+    model = single_attempt(model, timeout)
+    return with_stream_usage(model) if provider_of(model) == "openai" else model
 
 
 @dataclass
