@@ -45,7 +45,12 @@ from langchain_core.tools import BaseTool
 
 from nodes.core.env import SessionEnv
 from nodes.core.state import LoopState
-from nodes.kernel.provider_errors import acall_with_timeout, call_with_timeout, reading_reply
+from nodes.kernel.provider_errors import (
+    acall_with_timeout,
+    call_with_timeout,
+    reading_reply,
+    whole,
+)
 from nodes.kernel.steps import Step
 from nodes.kernel.transcript import runnable_calls
 
@@ -152,15 +157,20 @@ class Invoke:
     def run(self) -> BaseMessage:
         runnable, request = self.request.runnable or self.request.bound(), self.request
         with reading_reply():
-            return call_with_timeout(
-                lambda: runnable.invoke(list(request.view), request.config), request.timeout
+            return whole(
+                call_with_timeout(
+                    lambda: runnable.invoke(list(request.view), request.config), request.timeout
+                )
             )
 
     async def arun(self, config: RunnableConfig) -> BaseMessage:
         runnable, request = self.request.runnable or self.request.bound(), self.request
         with reading_reply():
-            return await acall_with_timeout(
-                lambda: runnable.ainvoke(list(request.view), request.config), request.timeout
+            return whole(
+                await acall_with_timeout(
+                    lambda: runnable.ainvoke(list(request.view), request.config),
+                    request.timeout,
+                )
             )
 
 

@@ -3,7 +3,7 @@
 `call_model` carries LangGraph's `RetryPolicy` (`LoopConfig.retry`); unless the
 caller says otherwise it retries what `is_transient` recognises, and each
 model call runs under `call_with_timeout` / `acall_with_timeout`, with a 200 that
-holds no reply raised as `MalformedReply` (`reading_reply`). The provider SDKs are
+holds no whole reply raised as `MalformedReply` (`reading_reply`, `whole`). The provider SDKs are
 optional for users, so their exceptions are recognised by module and attributes,
 never by importing them.
 """
@@ -20,9 +20,11 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from langchain_core.exceptions import ModelAPIError, ModelError, ModelTimeoutError
+from langchain_core.messages import BaseMessage
 from langgraph.types import RetryPolicy, default_retry_on
 
 from nodes.kernel.compat import retry_policy_retries
+from nodes.kernel.replies import ended_unsaid
 
 T = TypeVar("T")
 
@@ -48,14 +50,10 @@ class ModelCallTimeout(ModelTimeoutError, TimeoutError):
 
 
 class MalformedReply(ModelAPIError):
-    """The provider answered 200 with something that is no reply (a gateway's HTML page, a
-    stream event cut in half, a stream without events); transient, like a 5xx, so it is
-    retried."""
-
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(
-            f"the provider's answer is not a reply it could read ({type(cause).__name__}: {cause})"
-        )
+    """The provider answered 200 with something that is no whole reply (a gateway's HTML
+    page, a stream event cut in half, a stream without events, a stream that broke off
+    before it said why the reply stopped); transient, like a 5xx, so it is retried, and
+    nothing of it is kept."""
 
 
 NO_STREAM_EVENTS = "No generation chunks were returned"
@@ -82,8 +80,21 @@ def reading_reply() -> Iterator[None]:
         yield
     except Exception as exc:
         if _malformed(exc):
-            raise MalformedReply(exc) from exc
+            raise MalformedReply(
+                f"the provider's answer is not a reply ({type(exc).__name__}: {exc})"
+            ) from exc
         raise
+
+
+def whole(reply: T) -> T:
+    """`reply`, unless it is a stream that broke off (`MalformedReply`): its text may stop
+    mid-sentence and its last call's arguments be missing."""
+    if isinstance(reply, BaseMessage) and ended_unsaid(reply):
+        raise MalformedReply(
+            "the provider's stream ended before it said why the reply stopped (no finish or "
+            "stop reason): it was cut off"
+        )
+    return reply
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -7,6 +7,8 @@ Plain functions (no LangGraph), applied to every reply before anything runs:
   refuse, gets one derived from the reply's id and its position, so its
   result can be paired with it (a `ToolMessage` needs an id, and providers
   reject duplicates).
+- `ended_unsaid`: a stream that broke off before the provider said why the
+  reply stopped; the model call raises it as a transient `MalformedReply`.
 - `is_cut_off`: the provider ended the reply before the model did: at the
   output limit (OpenAI `finish_reason="length"`, Anthropic
   `stop_reason="max_tokens"`, Gemini `finish_reason="MAX_TOKENS"`), or by
@@ -66,6 +68,20 @@ def stop_reason(message: BaseMessage) -> str | None:
     if isinstance(details, Mapping) and details.get("reason"):
         return str(details["reason"]).lower()
     return None
+
+
+ENDING_KEYS = {"openai": ("finish_reason", "status"), "anthropic": ("stop_reason",)}
+"""By `response_metadata["model_provider"]`, the keys one of which a whole answer always
+sets: how Chat Completions (`finish_reason`), the Responses API (`status`) and Messages
+(`stop_reason`) end. LangChain sets them from a stream's last events only."""
+
+
+def ended_unsaid(message: BaseMessage) -> bool:
+    """Whether an OpenAI or Anthropic reply never said why it stopped: its stream broke off
+    before its last event (no `finish_reason` chunk, no `message_delta`)."""
+    meta = message.response_metadata
+    keys = ENDING_KEYS.get(str(meta.get("model_provider")), ())
+    return bool(keys) and not any(key in meta for key in keys)
 
 
 def is_cut_off(message: BaseMessage) -> bool:
