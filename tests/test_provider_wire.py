@@ -190,10 +190,11 @@ def test_the_quickstart_personas_answer_on_gpt_4o_mini(provider_env):
     assert refused(provider_env) == []
 
 
-@xfail(1, "a 400 that can never succeed is reported with the promise that invoke(None) resumes it")
 def test_a_request_the_api_refuses_is_not_promised_a_resume(provider_env):
+    forced = QUICKSTART["xilian"].model_copy(update={"model_accepts_thinking": True})
+    config = quickstart("openai:gpt-4o-mini").model_copy(update={"personas": {"xilian": forced}})
     with open_checkpointer("memory") as saver, pytest.raises(Exception) as raised:
-        say(build_graph(quickstart("openai:gpt-4o-mini"), saver), "早安", "q", OWNER_ENV)
+        say(build_graph(config, saver), "早安", "q", OWNER_ENV)  # 400 unsupported_parameter
     assert not any("resumes it" in note for note in getattr(raised.value, "__notes__", []))
 
 

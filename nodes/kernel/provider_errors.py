@@ -104,14 +104,28 @@ def is_transient(exc: BaseException) -> bool:
     An exception raised `from` a transient one (a wrapper around an SDK error)
     counts as transient too.
     """
+    return any(_transient_itself(link) for link in _causes(exc))
+
+
+def refused_status(exc: BaseException) -> int | None:
+    """The HTTP status with which the provider refused the request itself (400, 401, 403,
+    404, 422, …: a 4xx but the transient 408, 409 and 429), or None. Sent again as it is,
+    such a request is refused again: only a change (the model, its key, a setting) helps."""
+    for link in _causes(exc):
+        status = _status_code(link)
+        if status is not None and 400 <= status < 500 and status not in TRANSIENT_STATUS:
+            return status
+    return None
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """`exc`, then what it was raised `from`, and so on (each once)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if _transient_itself(current):
-            return True
+        yield current
         current = current.__cause__
-    return False
 
 
 def _transient_itself(exc: BaseException) -> bool:
