@@ -198,9 +198,6 @@ def test_a_request_the_api_refuses_is_not_promised_a_resume(provider_env):
     assert not any("resumes it" in note for note in getattr(raised.value, "__notes__", []))
 
 
-@xfail(
-    2, "the second import stores call_1 again: Anthropic answers 400 'tool_use ids must be unique'"
-)
 def test_a_history_imported_twice_keeps_answering_on_anthropic(emulator):
     with open_checkpointer("memory") as saver:
         graph = wire_graph(anthropic_model(emulator), saver)
