@@ -326,10 +326,6 @@ def test_a_hanging_provider_has_a_default_time_limit(emulator):
     assert limit is not None and limit <= 120, f"model_timeout={limit}, SDK read timeout={sdk.read}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="beside issue 32: compaction's Anthropic counter sends count_tokens requests the API refuses",
-)
 def test_compaction_on_anthropic_sends_no_refused_token_counts(emulator):
     emulator.respond_with(lambda request: Reply("好的，我记住了。" * 10))
     with open_checkpointer("memory") as saver:
