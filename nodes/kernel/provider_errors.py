@@ -3,9 +3,9 @@
 `call_model` carries LangGraph's `RetryPolicy` (`LoopConfig.retry`); unless the
 caller says otherwise it retries what `is_transient` recognises, and each
 model call runs under `call_with_timeout` / `acall_with_timeout`, with a 200 that
-holds no whole reply raised as `MalformedReply` (`reading_reply`, `whole`). The provider SDKs are
-optional for users, so their exceptions are recognised by module and attributes,
-never by importing them.
+holds no whole reply raised as `MalformedReply` (`reading_reply`, `whole`). The
+provider SDKs are optional for users, so their exceptions are recognised by module
+and attributes, never by importing them.
 """
 
 from __future__ import annotations
@@ -86,10 +86,10 @@ def reading_reply() -> Iterator[None]:
         raise
 
 
-def whole(reply: T) -> T:
+def whole(reply: BaseMessage) -> BaseMessage:
     """`reply`, unless it is a stream that broke off (`MalformedReply`): its text may stop
     mid-sentence and its last call's arguments be missing."""
-    if isinstance(reply, BaseMessage) and ended_unsaid(reply):
+    if ended_unsaid(reply):
         raise MalformedReply(
             "the provider's stream ended before it said why the reply stopped (no finish or "
             "stop reason): it was cut off"
