@@ -220,7 +220,6 @@ def test_a_persona_switch_still_reads_the_cache(tmp_path, provider):
     assert shares[5] > 0.5 and shares[6] > 0
 
 
-@xfail(4, "the OpenAI tool round has no thinking block: 400 'must start with a thinking block'")
 def test_a_thinking_fallback_continues_an_openai_tool_round(emulator):
     emulator.reply(call("get_time"), Reply("八点半了。"))
     emulator.inject(Status(500), times=None, when=lambda r: r.provider == "openai" and r.number > 1)
@@ -234,7 +233,15 @@ def test_a_thinking_fallback_continues_an_openai_tool_round(emulator):
         assert say(graph, "几点了", "f")["messages"][-1].text == "八点半了。"
 
 
-@xfail(4, "a tool round begun on OpenAI, resumed by a thinking persona on Anthropic: the same 400")
+def test_a_tool_round_begun_with_thinking_goes_on_thinking(emulator):
+    emulator.reply(call("get_time"), Reply("八点半了。"))
+    with open_checkpointer("memory") as saver:
+        graph = wire_graph(anthropic_model(emulator), saver, personas=THINKING)
+        assert say(graph, "几点了", "t")["messages"][-1].text == "八点半了。"
+    sent = [request.payload.get("thinking") for request in emulator.generations()]
+    assert sent == [{"type": "enabled", "budget_tokens": 2048}] * 2
+
+
 def test_a_thinking_persona_resumes_a_tool_round_begun_on_openai(emulator):
     emulator.reply(call("get_time"))
     emulator.inject(Status(500), times=None, when=lambda r: r.provider == "openai" and r.number > 1)

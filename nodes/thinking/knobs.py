@@ -15,16 +15,18 @@ a model with no profile is sent them, as asked.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from nodes.kernel.providers import Provider
 
 REASONING_BLOCK_TYPES = frozenset({"reasoning", "thinking", "redacted_thinking"})
 REASONING_KWARGS = ("reasoning_content", "reasoning")
+ANTHROPIC_THINKING = frozenset({"thinking", "redacted_thinking"})
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,20 @@ def request_kwargs(provider: Provider, knobs: Knobs) -> dict[str, Any]:
     if provider == "google" and budget is not None:
         return {"thinking_budget": budget}
     return {}
+
+
+def continues_round_without_thinking(view: Sequence[BaseMessage]) -> bool:
+    """Whether `view` continues a tool round (results follow its last reply: Anthropic
+    sends them, and whatever follows, as one user turn) whose reply does not open with a
+    thinking block: a round begun on another provider, or with thinking off. Anthropic
+    refuses `thinking` on such a request (400 "a final `assistant` message must start
+    with a thinking block")."""
+    replies = [i for i, message in enumerate(view) if isinstance(message, AIMessage)]
+    if not replies or not any(isinstance(m, ToolMessage) for m in view[replies[-1] + 1 :]):
+        return False
+    content = view[replies[-1]].content
+    first = content[0] if isinstance(content, list) and content else None
+    return not (isinstance(first, dict) and first.get("type") in ANTHROPIC_THINKING)
 
 
 def has_reasoning(message: BaseMessage) -> bool:

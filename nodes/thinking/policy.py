@@ -34,7 +34,13 @@ from pydantic import Field
 from nodes.core.policy import CallModel, CallSteps, ModelRequest, Round, RoundPolicy
 from nodes.kernel.chat_model import Kwargs, Messages, ReplyChatModel, RunManager
 from nodes.kernel.compat import chat_model_name
-from nodes.thinking.knobs import Knobs, profile_reasons, request_kwargs, without_reasoning
+from nodes.thinking.knobs import (
+    Knobs,
+    continues_round_without_thinking,
+    profile_reasons,
+    request_kwargs,
+    without_reasoning,
+)
 
 if TYPE_CHECKING:
     from nodes.core.loop import Loop
@@ -137,7 +143,10 @@ class ThinkingKnobs(RoundPolicy):
 
     def wrap_model_call(self, round: Round, request: ModelRequest, call: CallModel) -> CallSteps:
         knobs = self.loop.knobs_for(round.persona_id)
-        settings = request_kwargs(self.loop.family(request.model), knobs)
+        family = self.loop.family(request.model)
+        settings = request_kwargs(family, knobs)
+        if family == "anthropic" and continues_round_without_thinking(request.view):
+            settings = {}  # Anthropic's advice: thinking off until the round is over
         if settings and self.takes_knobs(request.model, round.persona_id, knobs):
             request = request.override(settings={**request.settings, **settings})
         elif settings:
