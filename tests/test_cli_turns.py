@@ -40,6 +40,30 @@ def test_a_failed_model_call_is_one_line_naming_resume_and_the_session_resumes(t
     assert len(model.requests) == 2
 
 
+class Refused(Exception):
+    """What a provider SDK raises for a request it refuses (openai.BadRequestError's shape)."""
+
+    status_code = 400
+
+
+def provider_refuses(messages: list[BaseMessage]) -> AIMessage:
+    raise Refused("Unsupported parameter: 'reasoning_effort'")
+
+
+def test_a_refused_request_is_not_promised_a_resume_and_the_next_turn_sees_the_message(
+    tmp_path, capsys
+):
+    model = ScriptedChatModel(script=[provider_refuses, AIMessage("早安")])
+    data = ("--data", str(tmp_path), "--session", "s1")
+    failed = cyrene(capsys, "run", "你好", *data, model=model)
+    line = one_line_error(failed)
+    assert failed.code == 2 and "cyrene resume" not in line, line
+    assert "refused the turn's request (Refused: Unsupported parameter" in line
+    assert len(model.requests) == 1, "not retried: it would be refused again"
+    assert cyrene(capsys, "run", "在吗", *data, model=model).out == "早安\n"
+    assert [m.text for m in model.requests[1].messages if m.type == "human"] == ["你好", "在吗"]
+
+
 def test_resending_after_a_failure_does_not_duplicate_but_a_later_repeat_is_new(tmp_path, capsys):
     model = ScriptedChatModel(
         script=[provider_down, AIMessage("第一次回答"), AIMessage("第二次回答")]

@@ -50,6 +50,29 @@ def test_a_200_message_history_with_tool_rounds_imports_and_the_next_turn_render
         assert payload_problems(provider, request.messages) == []
 
 
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_history_imported_twice_is_sent_with_each_call_id_once(provider):
+    model = endless(provider)
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(model), saver)
+        for copy in ("x", "y"):  # the application's own ids, the same call ids both times
+            imported = [m.model_copy(update={"id": f"{copy}{m.id}"}) for m in history(2)[:-1]]
+            graph.invoke(Trusted({"messages": imported}), thread("twice"))
+        graph.invoke({"messages": [HumanMessage("在吗")]}, thread("twice"))
+        graph.invoke({"messages": [HumanMessage("还在吗")]}, thread("twice"))
+        stored = graph.get_state(thread("twice")).values["messages"]
+    *_, first, second = (request.messages for request in model.requests)
+    calls = [c["id"] for m in first if isinstance(m, AIMessage) for c in m.tool_calls]
+    results = [m.tool_call_id for m in first if isinstance(m, ToolMessage)]
+    assert calls[:2] == ["call_0", "call_1"] and len(set(calls)) == 4 and results == calls
+    assert payload_problems(provider, first) == []
+    assert second[: len(first)] == first, "the same ids every round: the cached prefix holds"
+    assert [c["id"] for m in stored if isinstance(m, AIMessage) for c in m.tool_calls] == [
+        "call_0",
+        "call_1",
+    ] * 2, "the transcript keeps what was imported"
+
+
 @pytest.mark.parametrize(
     ("messages", "error"),
     [

@@ -8,6 +8,7 @@ LangChain formatter — offline, no network.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from langchain_anthropic import ChatAnthropic
@@ -169,3 +170,39 @@ def test_knobs_reach_the_real_request_payloads():
     request = model.requests[0]
     payload = anthropic._get_request_payload(request.messages, **request.kwargs)
     assert payload["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+
+
+def knob_kwargs(profile: dict | None, turns: int = 1, **persona: Any) -> list[dict]:
+    """What an OpenAI-family model with `profile` is sent, turn by turn, for a persona
+    asking for reasoning_effort="low" (and `persona`'s other fields)."""
+    model = ScriptedChatModel(provider="openai", profile=profile, script=[AIMessage("ok")] * turns)
+    xilian = Persona(name="昔涟", instructions="你是昔涟。", reasoning_effort="low", **persona)
+    graph = build_graph(make_config(model, personas={"xilian": xilian}))
+    for turn in range(turns):
+        graph.invoke({"messages": [human("hi", id=f"h{turn}")]}, thread("k"))
+    return [request.kwargs for request in model.requests]
+
+
+def test_a_model_whose_profile_does_not_reason_gets_no_knobs_logged_once(caplog):
+    with caplog.at_level("WARNING", logger="cyrene.thinking"):
+        sent = knob_kwargs({"reasoning_output": False}, turns=2)
+    assert [kwargs.get("reasoning_effort") for kwargs in sent] == [None, None]
+    assert [r.getMessage() for r in caplog.records] == [
+        "not sending reasoning_effort to scripted: it takes no thinking knobs "
+        "(model_accepts_thinking, else its LangChain profile's reasoning_output); "
+        "model_accepts_thinking=True sends them anyway"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("profile", "accepts", "sent"),
+    [
+        ({"reasoning_output": True}, None, "low"),
+        (None, None, "low"),  # no profile: sent as asked
+        ({"reasoning_output": False}, True, "low"),
+        ({"reasoning_output": True}, False, None),
+    ],
+)
+def test_the_persona_decides_over_the_profile(profile, accepts, sent):
+    kwargs = knob_kwargs(profile, model_accepts_thinking=accepts)[0]
+    assert kwargs.get("reasoning_effort") == sent

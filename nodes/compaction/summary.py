@@ -135,6 +135,9 @@ def token_counter(model: Any) -> TokenCounter:
         return count_tokens_approximately
 
     def count(messages: Sequence[BaseMessage]) -> int:
+        if all(isinstance(m, SystemMessage) for m in messages):
+            # Anthropic's counter is its count_tokens API, which refuses system text alone.
+            return count_tokens_approximately(messages)
         try:
             return model.get_num_tokens_from_messages(list(messages))
         except Exception:  # e.g. a tokenizer that would download its vocabulary

@@ -28,6 +28,7 @@ from nodes.context.layout import LAYOUTS, Blocks
 from nodes.context.summary import summary_message
 from nodes.core.env import SessionEnv
 from nodes.core.state import LoopState, Summary, uncovered_start
+from nodes.kernel.replies import unique_call_ids
 from nodes.kernel.text import as_data
 from nodes.kernel.transcript import current_round, is_hidden, latest_user_text
 
@@ -108,7 +109,7 @@ def assemble_view(
     `with_transform=False`: minus the memory block and the caller's transform, which is how
     compaction estimates the view without searching or transforming twice)."""
     persona_id = loop.persona_for(env)
-    conversation = visible_conversation(messages, summary)
+    conversation = unique_call_ids(visible_conversation(messages, summary))
     memory = (
         memory_block(loop, env, persona_id, latest_user_text(conversation)) if with_memory else ""
     )

@@ -82,6 +82,10 @@ class Persona(BaseModel):
     show_thinking: bool | None = Field(
         default=None, description="Stream thinking to the user; the transcript keeps it anyway."
     )
+    model_accepts_thinking: bool | None = Field(
+        default=None,
+        description="Whether the persona's model takes its thinking knobs; None reads its LangChain profile.",
+    )
     model: ModelLike | None = Field(
         default=None, description="Per-persona chat model; defaults to LoopConfig.model."
     )
@@ -115,7 +119,7 @@ class LoopConfig(BaseModel):
     )
     personas: dict[str, Persona] = Field(
         default_factory=dict,
-        description="id → `Persona(name, instructions, thinking_budget, reasoning_effort, show_thinking, model, nicknames)`",
+        description="id → `Persona(name, instructions, thinking_budget, reasoning_effort, show_thinking, model_accepts_thinking, model, nicknames)`",
     )
     default_persona: str | None = Field(
         default=None,
@@ -233,6 +237,10 @@ class LoopConfig(BaseModel):
         default=True,
         description="stream a reply's thinking to the caller, for personas that set nothing; `False` keeps it out of the stream, not the transcript",
     )
+    model_accepts_thinking: bool | None = Field(
+        default=None,
+        description="whether the model takes the thinking knobs, for personas that set nothing; `None` reads its LangChain profile (`reasoning_output`: a model that does not reason is sent none, logged once; one without a profile is sent them), `True`/`False` decide for the persona's own model (fallbacks go by their profile)",
+    )
     refusal_text: str = Field(default=DEFAULT_REFUSAL, description="what a blocked turn answers")
     attribution_encoding: Literal["auto", "inline", "leading"] = Field(
         default="auto",
@@ -260,9 +268,9 @@ class LoopConfig(BaseModel):
         description='chat models or `"provider:model"` strings tried in order, once each, after the persona\'s model failed and its retries are spent',
     )
     model_timeout: float | None = Field(
-        default=None,
+        default=120.0,
         gt=0,
-        description="seconds a model call may take; a slower one is abandoned and counts as a transient error (`None` = no limit)",
+        description="seconds a model call may take, the whole streamed reply included; a slower one is abandoned and counts as a transient error (`None` = no limit, as the provider SDKs under LangChain have none)",
     )
     busy_policy: BusyPolicy = Field(
         default="merge",

@@ -24,9 +24,10 @@ from nodes.compaction.summary import context_budget
 from nodes.context.encoding import ENCODING_BY_PROVIDER, Encoding
 from nodes.core.protocols import TranscriptArchive
 from nodes.extraction.background import BackgroundJobs
+from nodes.kernel.compat.sdk_clients import single_attempt
 from nodes.kernel.extras import missing_extra
 from nodes.kernel.messages import last_human
-from nodes.kernel.providers import Provider, provider_of
+from nodes.kernel.providers import Provider, provider_of, with_stream_usage
 from nodes.kernel.run_config import thread_id
 from nodes.thinking.knobs import Knobs
 
@@ -66,6 +67,14 @@ def resolve_model(model: BaseChatModel | str, field_name: str) -> BaseChatModel:
         raise ValueError(f"{field_name}: cannot load chat model {model!r}: {exc}") from exc
 
 
+def for_call_model(model: BaseChatModel, timeout: float | None) -> BaseChatModel:
+    """`model` as `call_model` sends it: its SDK makes one attempt per call, within
+    `timeout` (LangGraph's `RetryPolicy` on the node is the only retry), and an
+    OpenAI-family model asks for usage in its streams."""
+    model = single_attempt(model, timeout)
+    return with_stream_usage(model) if provider_of(model) == "openai" else model
+
+
 @dataclass
 class Loop:
     """Resolved configuration plus the small lookups every node needs."""
@@ -89,18 +98,21 @@ class Loop:
         config: LoopConfig,
         archives: Callable[[BaseCheckpointSaver], TranscriptArchive | None] = lambda saver: None,
     ) -> Loop:
+        def answering(model: BaseChatModel | str, field_name: str) -> BaseChatModel:
+            return for_call_model(resolve_model(model, field_name), config.model_timeout)
+
         return cls(
             config=config,
             zone=config.zone(),
-            default_model=resolve_model(config.model, "model"),
+            default_model=answering(config.model, "model"),
             persona_models={
-                pid: resolve_model(p.model, f"personas[{pid!r}].model")
+                pid: answering(p.model, f"personas[{pid!r}].model")
                 for pid, p in config.personas.items()
                 if p.model is not None
             },
             tools_by_name={t.name: t for t in config.all_tools},
             fallback_models=tuple(
-                resolve_model(model, f"fallback_models[{i}]")
+                answering(model, f"fallback_models[{i}]")
                 for i, model in enumerate(config.fallback_models)
             ),
             jobs=BackgroundJobs(timeout=config.extraction_timeout),
@@ -139,7 +151,12 @@ class Loop:
             value = getattr(persona, name, None) if persona else None
             return getattr(cfg, name) if value is None else value
 
-        return Knobs(pick("thinking_budget"), pick("reasoning_effort"), pick("show_thinking"))
+        return Knobs(
+            pick("thinking_budget"),
+            pick("reasoning_effort"),
+            pick("show_thinking"),
+            pick("model_accepts_thinking"),
+        )
 
     def model_for(self, persona_id: str | None) -> BaseChatModel:
         return self.persona_models.get(persona_id or "", self.default_model)

@@ -46,7 +46,12 @@ from langgraph.runtime import Runtime
 
 from nodes.core.env import SessionEnv
 from nodes.core.state import LoopState
-from nodes.kernel.provider_errors import acall_with_timeout, call_with_timeout
+from nodes.kernel.provider_errors import (
+    acall_with_timeout,
+    call_with_timeout,
+    reading_reply,
+    whole,
+)
 from nodes.kernel.steps import Step
 from nodes.kernel.transcript import runnable_calls
 
@@ -158,15 +163,22 @@ class Invoke:
 
     def run(self) -> BaseMessage:
         runnable, request = self.request.runnable or self.request.bound(), self.request
-        return call_with_timeout(
-            lambda: runnable.invoke(list(request.view), request.config), request.timeout
-        )
+        with reading_reply():
+            return whole(
+                call_with_timeout(
+                    lambda: runnable.invoke(list(request.view), request.config), request.timeout
+                )
+            )
 
     async def arun(self) -> BaseMessage:
         runnable, request = self.request.runnable or self.request.bound(), self.request
-        return await acall_with_timeout(
-            lambda: runnable.ainvoke(list(request.view), request.config), request.timeout
-        )
+        with reading_reply():
+            return whole(
+                await acall_with_timeout(
+                    lambda: runnable.ainvoke(list(request.view), request.config),
+                    request.timeout,
+                )
+            )
 
 
 CallSteps = Generator[Step, Any, BaseMessage]

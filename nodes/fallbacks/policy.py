@@ -14,7 +14,8 @@ persona's model raises errors it retries. Within one attempt of the node:
 
 So the caller gets the first model's exception (its own type, e.g.
 `openai.RateLimitError`), and the session stays at `call_model`, resumable
-with `invoke(None, thread)`.
+with `invoke(None, thread)`, unless the provider refused the request itself (a
+400, say): then the note says what to change instead of promising a resume.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from langgraph.types import RetryPolicy
 
 from nodes.context.assemble import view_blocks, view_of_state
 from nodes.core.policy import CallModel, CallSteps, ModelCall, Round, RoundPolicy
-from nodes.kernel.provider_errors import retries_on
+from nodes.kernel.provider_errors import refused_status, retries_on
 from nodes.kernel.steps import Work
 
 if TYPE_CHECKING:
@@ -89,14 +90,24 @@ class FallbackModels(RoundPolicy):
 
 
 def gave_up(attempt: int, errors: list[Exception]) -> Exception:
-    """The persona's model's exception, noting the attempt and what the fallbacks raised."""
+    """The persona's model's exception, noting the attempt, what the fallbacks raised, and
+    whether resuming can help (not when the provider refused the request itself)."""
     primary, *fallbacks = errors
-    primary.add_note(
-        f"call_model gave up on attempt {attempt} of the persona's model"
-        + (f" and {len(fallbacks)} fallback model(s)" if fallbacks else "")
-        + "; with a checkpointer the turn is saved at call_model, and "
-        "invoke(None, <same thread>) resumes it."
+    gave_up_on = f"call_model gave up on attempt {attempt} of the persona's model" + (
+        f" and {len(fallbacks)} fallback model(s)" if fallbacks else ""
     )
+    if (status := refused_status(primary)) is not None:
+        primary.add_note(
+            f"{gave_up_on}: the provider refused the request (HTTP {status}), and sent again "
+            "as it is it would be refused again, so change what the error names (the model, "
+            "its key, a setting) first. With a checkpointer the user's message is saved, and "
+            "the session's next turn sees it."
+        )
+    else:
+        primary.add_note(
+            f"{gave_up_on}; with a checkpointer the turn is saved at call_model, and "
+            "invoke(None, <same thread>) resumes it."
+        )
     for index, exc in enumerate(fallbacks, start=1):
         primary.add_note(f"fallback {index} failed: {type(exc).__name__}: {exc}")
     return primary

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 PACKAGE = "cyrene-graph"
-_CLONE = Path(__file__).resolve().parents[2]
+_CLONE = Path(__file__).resolve().parents[2]  # nodes/kernel/extras.py → the clone
 
 
 def install_command(extra: str) -> str:

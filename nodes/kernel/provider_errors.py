@@ -2,24 +2,29 @@
 
 `call_model` carries LangGraph's `RetryPolicy` (`LoopConfig.retry`); unless the
 caller says otherwise it retries what `is_transient` recognises, and each
-model call runs under `call_with_timeout` / `acall_with_timeout`. The provider
-SDKs are optional for users, so their exceptions are recognised by module and
-attributes, never by importing them.
+model call runs under `call_with_timeout` / `acall_with_timeout`, with a 200 that
+holds no whole reply raised as `MalformedReply` (`reading_reply`, `whole`). The
+provider SDKs are optional for users, so their exceptions are recognised by module
+and attributes, never by importing them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from langchain_core.exceptions import ModelError, ModelTimeoutError
+from langchain_core.exceptions import ModelAPIError, ModelError, ModelTimeoutError
+from langchain_core.messages import BaseMessage
 from langgraph.types import RetryPolicy, default_retry_on
 
 from nodes.kernel.compat import retry_policy_retries
+from nodes.kernel.replies import ended_unsaid
 
 T = TypeVar("T")
 
@@ -44,6 +49,54 @@ class ModelCallTimeout(ModelTimeoutError, TimeoutError):
         self.seconds = seconds
 
 
+class MalformedReply(ModelAPIError):
+    """The provider answered 200 with something that is no whole reply (a gateway's HTML
+    page, a stream event cut in half, a stream without events, a stream that broke off
+    before it said why the reply stopped); transient, like a 5xx, so it is retried, and
+    nothing of it is kept."""
+
+
+NO_STREAM_EVENTS = "No generation chunks were returned"
+"""LangChain's `ValueError` for a stream that held no event it could read."""
+TEXT_BODY = "Unexpected response type from OpenAI-compatible endpoint"
+"""langchain-openai's `ValueError` for a body the SDK handed over as text (not JSON)."""
+
+
+def _malformed(exc: BaseException) -> bool:
+    """Whether `exc` says the answer was no reply: a body or stream event that is not JSON,
+    a stream without events, or a text body where the SDK's reply object was expected
+    (langchain-openai names it; langchain-anthropic calls `model_dump` on the text)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return True
+    if isinstance(exc, ValueError):
+        return str(exc) == NO_STREAM_EVENTS or str(exc).startswith(TEXT_BODY)
+    return isinstance(exc, AttributeError) and isinstance(exc.obj, str) and exc.name == "model_dump"
+
+
+@contextmanager
+def reading_reply() -> Iterator[None]:
+    """Around a model call: a malformed answer is raised as `MalformedReply`."""
+    try:
+        yield
+    except Exception as exc:
+        if _malformed(exc):
+            raise MalformedReply(
+                f"the provider's answer is not a reply ({type(exc).__name__}: {exc})"
+            ) from exc
+        raise
+
+
+def whole(reply: BaseMessage) -> BaseMessage:
+    """`reply`, unless it is a stream that broke off (`MalformedReply`): its text may stop
+    mid-sentence and its last call's arguments be missing."""
+    if ended_unsaid(reply):
+        raise MalformedReply(
+            "the provider's stream ended before it said why the reply stopped (no finish or "
+            "stop reason): it was cut off"
+        )
+    return reply
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether the same request may succeed if sent again: rate limits, 5xx, timeouts,
     dropped connections. Client errors (400, 401, 404, …) and bugs are not.
@@ -51,14 +104,28 @@ def is_transient(exc: BaseException) -> bool:
     An exception raised `from` a transient one (a wrapper around an SDK error)
     counts as transient too.
     """
+    return any(_transient_itself(link) for link in _causes(exc))
+
+
+def refused_status(exc: BaseException) -> int | None:
+    """The HTTP status with which the provider refused the request itself (400, 401, 403,
+    404, 422, …: a 4xx but the transient 408, 409 and 429), or None. Sent again as it is,
+    such a request is refused again: only a change (the model, its key, a setting) helps."""
+    for link in _causes(exc):
+        status = _status_code(link)
+        if status is not None and 400 <= status < 500 and status not in TRANSIENT_STATUS:
+            return status
+    return None
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """`exc`, then what it was raised `from`, and so on (each once)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if _transient_itself(current):
-            return True
+        yield current
         current = current.__cause__
-    return False
 
 
 def _transient_itself(exc: BaseException) -> bool:

@@ -32,6 +32,16 @@ _PROVIDER_ALIASES: dict[str, Provider] = {
 }
 
 
+def with_stream_usage(model: BaseChatModel) -> BaseChatModel:
+    """An OpenAI-family `model` that asks for usage in its streams (`stream_usage`):
+    LangChain turns that on only for OpenAI's own URL, so behind a custom base URL (a
+    proxy, a compatible server) a streamed turn counted no tokens. A `stream_usage` its
+    caller set stays as set."""
+    if getattr(model, "stream_usage", False) is None:
+        return model.model_copy(update={"stream_usage": True})
+    return model
+
+
 def provider_of(model: Any) -> Provider:
     """The provider family of a chat model, from LangChain's tracing params or its type."""
     name = chat_model_provider(model) if isinstance(model, BaseChatModel) else ""

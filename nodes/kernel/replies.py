@@ -7,6 +7,10 @@ Plain functions (no LangGraph), applied to every reply before anything runs:
   refuse, gets one derived from the reply's id and its position, so its
   result can be paired with it (a `ToolMessage` needs an id, and providers
   reject duplicates).
+- `ended_unsaid`: a stream that broke off before the provider said why the
+  reply stopped; the model call raises it as a transient `MalformedReply`.
+- `unique_call_ids`: the same for the stored replies a request carries, so a
+  history imported twice does not repeat its call ids.
 - `is_cut_off`: the provider ended the reply before the model did: at the
   output limit (OpenAI `finish_reason="length"`, Anthropic
   `stop_reason="max_tokens"`, Gemini `finish_reason="MAX_TOKENS"`), or by
@@ -68,6 +72,20 @@ def stop_reason(message: BaseMessage) -> str | None:
     return None
 
 
+ENDING_KEYS = {"openai": ("finish_reason", "status"), "anthropic": ("stop_reason",)}
+"""By `response_metadata["model_provider"]`, the keys one of which a whole answer always
+sets: how Chat Completions (`finish_reason`), the Responses API (`status`) and Messages
+(`stop_reason`) end. LangChain sets them from a stream's last events only."""
+
+
+def ended_unsaid(message: BaseMessage) -> bool:
+    """Whether an OpenAI or Anthropic reply never said why it stopped: its stream broke off
+    before its last event (no `finish_reason` chunk, no `message_delta`)."""
+    meta = message.response_metadata
+    keys = ENDING_KEYS.get(str(meta.get("model_provider")), ())
+    return bool(keys) and not any(key in meta for key in keys)
+
+
 def is_cut_off(message: BaseMessage) -> bool:
     """Whether the provider ended the reply (output limit, content filter) rather than the model."""
     return stop_reason(message) in CUT_OFF_REASONS
@@ -122,10 +140,14 @@ def with_stable_call_ids(reply: AIMessage, request: Sequence[BaseMessage] = ()) 
     id is replaced by `stable_call_id`, and the matching content block is
     patched alike. An unparseable call without a name gets `UNNAMED_TOOL`.
     """
+    return _calls_made_unique(reply, call_ids(request))
+
+
+def _calls_made_unique(reply: AIMessage, taken: Collection[str]) -> AIMessage:
+    """`with_stable_call_ids` against the ids in `taken`."""
     calls: Sequence[Mapping[str, Any]] = requested_calls(reply)
     if not calls:
         return reply
-    taken = call_ids(request)
     ids = [c.get("id") for c in calls]
     if (
         all(usable_call_id(i) and i not in taken for i in ids)
@@ -156,6 +178,36 @@ def with_stable_call_ids(reply: AIMessage, request: Sequence[BaseMessage] = ()) 
             "content": _renamed_blocks(reply.content, renamed, kept),
         }
     )
+
+
+def unique_call_ids(conversation: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """`conversation` with no call id used twice, as providers require of a request
+    (Anthropic: "tool_use ids must be unique"). A stored reply whose call holds an earlier
+    call's id (a history imported twice, an application numbering its calls `call_1` in
+    every import) gets the stable id `with_stable_call_ids` gives a new reply's call, and
+    the result answering that call follows it. The same on every round, so a provider's
+    cached prefix still matches."""
+    taken: set[str] = set()
+    answering: list[tuple[str | None, str | None]] = []
+    """For the last reply's calls, in order: the id a result carries, the id it answers."""
+    out: list[BaseMessage] = []
+    for message in conversation:
+        if isinstance(message, ToolMessage):
+            match = next((pair for pair in answering if pair[0] == message.tool_call_id), None)
+            if match is not None:
+                answering.remove(match)
+                if match[1] != match[0]:
+                    message = message.model_copy(update={"tool_call_id": match[1]})
+        elif isinstance(message, AIMessage) and (calls := requested_calls(message)):
+            unique = _calls_made_unique(message, taken)
+            renamed = requested_calls(unique)
+            answering = [
+                (old.get("id"), new.get("id")) for old, new in zip(calls, renamed, strict=True)
+            ]
+            taken.update(str(call.get("id")) for call in renamed)
+            message = unique
+        out.append(message)
+    return out
 
 
 def _renamed_blocks(

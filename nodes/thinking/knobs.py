@@ -4,19 +4,28 @@ Knobs are resolved per persona and injected into every model request. Providers 
 take `reasoning_effort`, Anthropic takes a `thinking` budget, Ollama a
 `reasoning` switch, Gemini a `thinking_budget`. A provider this module does not
 know gets no knobs at all — never an error.
+
+Only a model that reasons takes them: OpenAI answers 400
+`unsupported_parameter` to `reasoning_effort` on gpt-4o-mini, Anthropic 400 to
+`thinking` on Claude 3.5. Whether it reasons is the persona's
+`model_accepts_thinking`, else LangChain's model profile (`reasoning_output`);
+a model with no profile is sent them, as asked.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from langchain_core.messages import BaseMessage
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from nodes.kernel.providers import Provider
 
 REASONING_BLOCK_TYPES = frozenset({"reasoning", "thinking", "redacted_thinking"})
 REASONING_KWARGS = ("reasoning_content", "reasoning")
+ANTHROPIC_THINKING = frozenset({"thinking", "redacted_thinking"})
 
 
 @dataclass(frozen=True)
@@ -26,6 +35,15 @@ class Knobs:
     thinking_budget: int | None = None
     reasoning_effort: str | None = None
     show_thinking: bool = True
+    model_accepts_thinking: bool | None = None
+    """Whether the persona's own model takes the knobs; None reads its profile."""
+
+
+def profile_reasons(model: BaseChatModel) -> bool | None:
+    """Whether LangChain's profile of `model` says it reasons (`reasoning_output`); None
+    when it has no profile or the profile does not say."""
+    reasons = (getattr(model, "profile", None) or {}).get("reasoning_output")
+    return reasons if isinstance(reasons, bool) else None
 
 
 def request_kwargs(provider: Provider, knobs: Knobs) -> dict[str, Any]:
@@ -40,6 +58,20 @@ def request_kwargs(provider: Provider, knobs: Knobs) -> dict[str, Any]:
     if provider == "google" and budget is not None:
         return {"thinking_budget": budget}
     return {}
+
+
+def continues_round_without_thinking(view: Sequence[BaseMessage]) -> bool:
+    """Whether `view` continues a tool round (results follow its last reply: Anthropic
+    sends them, and whatever follows, as one user turn) whose reply does not open with a
+    thinking block: a round begun on another provider, or with thinking off. Anthropic
+    refuses `thinking` on such a request (400 "a final `assistant` message must start
+    with a thinking block")."""
+    replies = [i for i, message in enumerate(view) if isinstance(message, AIMessage)]
+    if not replies or not any(isinstance(m, ToolMessage) for m in view[replies[-1] + 1 :]):
+        return False
+    content = view[replies[-1]].content
+    first = content[0] if isinstance(content, list) and content else None
+    return not (isinstance(first, dict) and first.get("type") in ANTHROPIC_THINKING)
 
 
 def has_reasoning(message: BaseMessage) -> bool:

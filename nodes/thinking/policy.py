@@ -7,12 +7,14 @@ removed, so the stream carries the reply text in real time but no thinking.
 The complete message, thinking included, is captured for the transcript.
 
 `ThinkingKnobs` is the round policy: it sends each persona's thinking knobs
-(budget, effort) in the spelling of the provider called, and puts the gate
-around the call when the persona's thinking is not shown.
+(budget, effort) in the spelling of the provider called, to a model that takes
+them (`nodes.thinking.knobs`), and puts the gate around the call when the
+persona's thinking is not shown.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
@@ -22,6 +24,7 @@ from langchain_core.callbacks import (
     CallbackManager,
 )
 from langchain_core.callbacks.manager import BaseRunManager
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessageChunk, BaseMessage, message_chunk_to_message
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableConfig
@@ -30,10 +33,19 @@ from pydantic import Field
 
 from nodes.core.policy import CallModel, CallSteps, ModelCall, Round, RoundPolicy
 from nodes.kernel.chat_model import Kwargs, Messages, ReplyChatModel, RunManager
-from nodes.thinking.knobs import request_kwargs, without_reasoning
+from nodes.kernel.compat import chat_model_name
+from nodes.thinking.knobs import (
+    Knobs,
+    continues_round_without_thinking,
+    profile_reasons,
+    request_kwargs,
+    without_reasoning,
+)
 
 if TYPE_CHECKING:
     from nodes.core.loop import Loop
+
+log = logging.getLogger("cyrene.thinking")
 
 
 def _inner_config(run_manager: BaseRunManager | None) -> RunnableConfig:
@@ -118,20 +130,49 @@ class ThinkingGate(ReplyChatModel):
 
 class ThinkingKnobs(RoundPolicy):
     """Around each model call: the persona's thinking budget and reasoning effort in the
-    called provider's spelling (a fallback of another family gets its own), and the
-    `ThinkingGate` when the persona's thinking must not reach the stream."""
+    called provider's spelling (a fallback of another family gets its own), to a model
+    that takes them, and the `ThinkingGate` when the persona's thinking must not reach
+    the stream."""
 
     blocking = False
 
     def __init__(self, loop: Loop) -> None:
         self.loop = loop
+        self.dropped: set[tuple[str, str]] = set()
+        """The (model, knob) pairs already logged as dropped: each is logged once per graph."""
 
     def wrap_model_call(self, round: Round, request: ModelCall, call: CallModel) -> CallSteps:
         knobs = self.loop.knobs_for(round.persona_id)
-        if settings := request_kwargs(self.loop.family(request.model), knobs):
+        family = self.loop.family(request.model)
+        settings = request_kwargs(family, knobs)
+        if family == "anthropic" and continues_round_without_thinking(request.view):
+            settings = {}  # Anthropic's advice: thinking off until the round is over
+        if settings and self.takes_knobs(request.model, round.persona_id, knobs):
             request = request.override(settings={**request.settings, **settings})
+        elif settings:
+            self.log_dropped(request.model, settings)
         if knobs.show_thinking or not round.streamed:
             return (yield from call(request))
         gate = ThinkingGate(inner=request.runnable or request.bound())
         visible = yield from call(request.override(runnable=gate))
         return gate.transcript_message(visible)
+
+    def takes_knobs(self, model: BaseChatModel, persona_id: str | None, knobs: Knobs) -> bool:
+        """The persona's `model_accepts_thinking` for its own model, else the model's
+        profile; a model that has none is sent the knobs (it may be any gateway's)."""
+        own = model is self.loop.model_for(persona_id)
+        accepts = knobs.model_accepts_thinking if own else None
+        return (profile_reasons(model) if accepts is None else accepts) is not False
+
+    def log_dropped(self, model: BaseChatModel, settings: dict[str, Any]) -> None:
+        name = chat_model_name(model)
+        for knob in settings:
+            if (name, knob) not in self.dropped:
+                self.dropped.add((name, knob))
+                log.warning(
+                    "not sending %s to %s: it takes no thinking knobs (model_accepts_thinking, "
+                    "else its LangChain profile's reasoning_output); model_accepts_thinking=True "
+                    "sends them anyway",
+                    knob,
+                    name,
+                )

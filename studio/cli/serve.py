@@ -33,7 +33,7 @@ from studio.settings import (
     MODEL_ENV,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]  # studio/cli/serve.py → the clone
 
 OFFLINE_ENV = {
     "LANGGRAPH_CLI_NO_ANALYTICS": "1",  # no analytics ping

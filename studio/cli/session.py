@@ -32,6 +32,7 @@ from memory import MemoryStore
 from nodes.core.env import RESTRICTED_ACTORS, SessionEnv
 from nodes.core.state import OPENED_AS
 from nodes.kernel.messages import message_text
+from nodes.kernel.provider_errors import refused_status
 from nodes.kernel.sanitize import check_id
 from nodes.presence.policy import quiet_reason
 from studio.cli.errors import EXIT_NOT_FOUND, EXIT_TURN_FAILED, CliError, brief, describe
@@ -235,11 +236,18 @@ def _failure(
     """What a failed turn means to the user; a bug (no saved, resumable turn) is re-raised.
 
     Input the boundary refuses changes nothing; a turn that fails later (the
-    model after its retries, say) has stored the message and can be resumed."""
+    model after its retries, say) has stored the message and can be resumed, unless
+    the provider refused the request itself (a 400: resuming would send it again)."""
     if isinstance(exc, (ValueError, TypeError)) and before.config == after.config:
         return CliError(describe(exc))
     stored = {message.id for message in after.values.get("messages", [])}
     sent = turn_input["messages"][0].id if turn_input else None
+    if after.next and (sent is None or sent in stored) and refused_status(exc) is not None:
+        return CliError(
+            f"the provider refused the turn's request ({type(exc).__name__}: {brief(str(exc))}); "
+            "sent again it would be refused again, so change what it names (the model, its "
+            "key, a setting) first; your message is saved, and the session's next turn sees it"
+        )
     if after.next and (sent is None or sent in stored):
         return CliError(
             f"the turn failed ({type(exc).__name__}: {brief(str(exc))}); "

@@ -49,6 +49,7 @@ __all__ = [
     "DeltaChannel",
     "DeltaSnapshot",
     "RunnableCallable",
+    "chat_model_name",
     "chat_model_provider",
     "checkpointer_of",
     "delta_channels_replayed",
@@ -85,17 +86,23 @@ def sync_node(func: Callable[..., Any], name: str) -> Runnable[Any, Any]:
     return coerce_to_runnable(func, name=name, trace=False)
 
 
-def chat_model_provider(model: BaseChatModel) -> str:
-    """The provider LangChain reports for tracing (`ls_provider`), else the model's `_llm_type`.
-
-    `_get_ls_params` is the only place LangChain says which provider a chat
-    model talks to ("openai", "anthropic", …) without a live client.
-    """
+def _tracing_params(model: BaseChatModel) -> dict[str, Any]:
+    """`_get_ls_params`: the only place LangChain says which provider and model a chat model
+    talks to ("openai", "gpt-4o-mini", …) without a live client."""
     try:
-        name = str(model._get_ls_params().get("ls_provider") or "")
+        return dict(model._get_ls_params())
     except Exception:  # a model whose params need a live client, say
-        name = ""
-    return name or model._llm_type
+        return {}
+
+
+def chat_model_provider(model: BaseChatModel) -> str:
+    """The provider LangChain reports for tracing (`ls_provider`), else the model's `_llm_type`."""
+    return str(_tracing_params(model).get("ls_provider") or "") or model._llm_type
+
+
+def chat_model_name(model: BaseChatModel) -> str:
+    """The model LangChain reports for tracing (`ls_model_name`), else the model's `_llm_type`."""
+    return str(_tracing_params(model).get("ls_model_name") or "") or model._llm_type
 
 
 def delta_channels_replayed(saved: CheckpointTuple) -> set[str]:
