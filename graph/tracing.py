@@ -42,6 +42,7 @@ from opentelemetry.trace import Status
 
 from nodes.core.env import RESTRICTED_ACTORS
 from nodes.core.loop import TRACE_ACTOR, TRACE_PERSONA, TRACE_ROUND, TRACE_SESSION, UNBOUND_ACTOR
+from nodes.kernel.extras import missing_extra
 
 HIDDEN_ACTORS = RESTRICTED_ACTORS | {UNBOUND_ACTOR}
 """Sessions whose spans keep no text: group and stranger chats, and edits to a thread no
@@ -175,12 +176,15 @@ def enable_tracing(
         ...     InMemorySpanExporter)
         >>> provider = enable_tracing(InMemorySpanExporter())
     """
-    from openinference.instrumentation.langchain import LangChainInstrumentor
+    try:
+        from openinference.instrumentation.langchain import LangChainInstrumentor
 
-    if exporter is None:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        if exporter is None:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        exporter = OTLPSpanExporter()
+            exporter = OTLPSpanExporter()
+    except ImportError as exc:  # the SDK comes with chromadb; the instrumentor does not
+        raise ImportError(missing_extra("otel", "tracing")) from exc
     provider = provider or TracerProvider()
     provider.add_span_processor(SessionSpans(BatchSpanProcessor(exporter)))
     instrumentor = LangChainInstrumentor()

@@ -253,6 +253,27 @@ def test_studio_without_its_extra_says_what_to_install_before_any_url(
     assert line.endswith("-m pip install -e '.[studio]'"), "the command for a clone"
 
 
+def test_tracing_without_its_extra_says_what_to_install(tmp_path, capsys, monkeypatch):
+    """The OpenTelemetry SDK comes with chromadb, the LangChain instrumentor only with the
+    `otel` extra: without it, an endpoint set means one line naming the extra, exit 2."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def without_openinference(name, *args, **kwargs):
+        if name.startswith("openinference"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without_openinference)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    out = cyrene(capsys, "run", "现在几点？", "--data", str(tmp_path))
+    assert out.code == 2
+    assert one_line_error(out).startswith(
+        "cyrene: OTEL_EXPORTER_OTLP_ENDPOINT (tracing) needs the otel extra: "
+    )
+
+
 def test_the_demo_names_each_persona_the_same_way_everywhere(tmp_path):
     out = cyrene_process("demo", "--data", str(tmp_path))
     assert out.returncode == 0, out.stderr

@@ -346,6 +346,17 @@ class LoopConfig(BaseModel):
         return frozenset(value or ())
 
     @model_validator(mode="after")
+    def _check_middleware_tools(self) -> LoopConfig:
+        own = {t.name for t in self.tools}
+        for index, each in enumerate(self.middleware):
+            if clash := sorted(own & {t.name for t in getattr(each, "tools", ())}):
+                raise ValueError(
+                    f"middleware[{index}] brings tools named {clash}, as tools has: "
+                    "tool names must be unique"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _check_references(self) -> LoopConfig:
         if self.default_persona is not None and self.default_persona not in self.personas:
             raise ValueError(

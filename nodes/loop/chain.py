@@ -84,7 +84,7 @@ def round_policies(loop: Loop) -> PolicyChain:
     if config.guards:
         chain.append(Guardrails(config.guards, config.refusal_text))
     for index, middleware in enumerate(config.middleware):
-        check_middleware(middleware, index)
+        check_middleware(middleware, index, config.restricted_tools)
         chain.append(MiddlewareHooks(middleware))
     chain += [ContextView(loop), ToolOffer(loop)]
     if config.max_context_tokens != 0 and not config.model_view_step:

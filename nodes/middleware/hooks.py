@@ -34,7 +34,7 @@ loop's turn has its own start and end (`on_turn_end`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
@@ -61,16 +61,36 @@ def overrides(middleware: AgentMiddleware, hook: str) -> bool:
     return getattr(type(middleware), hook) is not getattr(AgentMiddleware, hook)
 
 
-def check_middleware(middleware: AgentMiddleware, index: int) -> None:
+def check_middleware(middleware: AgentMiddleware, index: int, restricted_tools: Set[str]) -> None:
     """Refuse what the loop cannot run, naming the entry (`LoopConfig` checked its type).
 
     Raises:
-        ValueError: it has agent-level hooks, or jumps somewhere other than the end.
+        ValueError: it has agent-level hooks, jumps somewhere other than the end, rewrites
+            the transcript (`SummarizationMiddleware`), or always offers a tool that
+            restricted sessions may not use (`LLMToolSelectorMiddleware`).
     """
+    from langchain.agents.middleware import LLMToolSelectorMiddleware, SummarizationMiddleware
+
+    where = f"middleware[{index}] ({middleware.name})"
+    if isinstance(middleware, SummarizationMiddleware):
+        # It removes the transcript's messages and writes its summary as an unnamed human
+        # message, which a group's view would attribute to the owner.
+        raise ValueError(
+            f"{where}: the loop compacts its own view and keeps the transcript whole; "
+            "use LoopConfig.max_context_tokens (and compactor) instead"
+        )
+    if isinstance(middleware, LLMToolSelectorMiddleware) and (
+        unusable := sorted(set(middleware.always_include) - set(restricted_tools))
+    ):
+        raise ValueError(
+            f"{where}: always_include names {unusable}, which group and stranger sessions "
+            "are not offered (restricted_tools): every such turn would fail; add them to "
+            "restricted_tools or leave them out of always_include"
+        )
     agent_hooks = [hook for hook in AGENT_HOOKS if overrides(middleware, hook)]
     if agent_hooks:
         raise ValueError(
-            f"middleware[{index}] ({middleware.name}) has {', '.join(agent_hooks)}: the loop "
+            f"{where} has {', '.join(agent_hooks)}: the loop "
             "runs before_model, after_model, wrap_model_call and wrap_tool_call (a turn's "
             "end is LoopConfig.on_turn_end)"
         )
@@ -78,8 +98,7 @@ def check_middleware(middleware: AgentMiddleware, index: int) -> None:
         jumps = getattr(getattr(type(middleware), hook), "__can_jump_to__", None) or ()
         if unknown := [jump for jump in jumps if jump not in JUMPS]:
             raise ValueError(
-                f"middleware[{index}] ({middleware.name}).{hook} may jump to {unknown}: "
-                'the loop takes jump_to="end" only'
+                f'{where}.{hook} may jump to {unknown}: the loop takes jump_to="end" only'
             )
 
 

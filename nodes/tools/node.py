@@ -53,12 +53,23 @@ def audit_denial(loop: Loop, request: ToolCallRequest, env: SessionEnv) -> None:
         runtime.stream_writer(event.to_dict())
 
 
-def refusal(loop: Loop, request: ToolCallRequest) -> ToolMessage | None:
-    """The soft result replacing a call the loop will not run, or None to run it."""
+def restricted_refusal(loop: Loop, request: ToolCallRequest) -> ToolMessage | None:
+    """The `not_allowed` result (and its audit event) for a restricted session's call of a
+    tool outside `restricted_tools`, by the call's name or the tool it would run."""
     env, call = env_of(request.runtime), request.tool_call
-    if env.restricted and call["name"] not in loop.config.restricted_tools:
+    allowed = loop.config.restricted_tools
+    tool = getattr(request.tool, "name", call["name"])
+    if env.restricted and (call["name"] not in allowed or tool not in allowed):
         audit_denial(loop, request, env)
         return denied_in_restricted(call)
+    return None
+
+
+def refusal(loop: Loop, request: ToolCallRequest) -> ToolMessage | None:
+    """The soft result replacing a call the loop will not run, or None to run it."""
+    if (denied := restricted_refusal(loop, request)) is not None:
+        return denied
+    call, env = request.tool_call, env_of(request.runtime)
     reason = run_hook("before_call", loop.config.hooks.before_call, call, env)
     return vetoed_result(call, str(reason)) if reason else None
 
@@ -100,8 +111,13 @@ def make_dispatch_tools(loop: Loop) -> ToolNode:
     def guarded(request: ToolCallRequest, execute: Callable[[ToolCallRequest], ToolOutcome]):
         if (refused := refusal(loop, request)) is not None:
             return refused
+
+        def checked(handed: ToolCallRequest) -> ToolOutcome:
+            # A middleware may hand on another call (a reviewer's edit): it is checked again.
+            return restricted_refusal(loop, handed) or execute(handed)
+
         try:
-            result = wrapped_execute(middleware, execute)(request)
+            result = wrapped_execute(middleware, checked)(request)
         except GraphBubbleUp:
             raise
         except Exception as error:
@@ -111,7 +127,8 @@ def make_dispatch_tools(loop: Loop) -> ToolNode:
 
     # Audit sinks and hooks are the caller's code: they may block (files, HTTP).
     hooks = loop.config.hooks
-    vet_hops = loop.config.on_audit is not None or hooks.before_call is not None
+    audit_hops = loop.config.on_audit is not None
+    vet_hops = audit_hops or hooks.before_call is not None
     report_hops = hooks.after_call is not None
 
     async def aguarded(
@@ -119,8 +136,13 @@ def make_dispatch_tools(loop: Loop) -> ToolNode:
     ):
         if (refused := await off_loop(vet_hops, refusal, loop, request)) is not None:
             return refused
+
+        async def achecked(handed: ToolCallRequest) -> ToolOutcome:
+            denied = await off_loop(audit_hops, restricted_refusal, loop, handed)
+            return denied or await execute(handed)
+
         try:
-            result = await awrapped_execute(middleware, execute)(request)
+            result = await awrapped_execute(middleware, achecked)(request)
         except GraphBubbleUp:
             raise
         except Exception as error:

@@ -36,9 +36,10 @@ def exported_traces() -> Iterator[None]:
         return
     try:
         from graph.tracing import enable_tracing
+
+        provider = enable_tracing()
     except ImportError as exc:
         raise CliError(missing_extra("otel", "OTEL_EXPORTER_OTLP_ENDPOINT (tracing)")) from exc
-    provider = enable_tracing()
     try:
         yield
     finally:
