@@ -156,3 +156,21 @@ def test_another_handle_s_writes_and_forgets_are_followed(tmp_path, monkeypatch)
         writer.forget(secret.id)
         reader.search(SECRET, k=1)
         assert indexed(reader, SECRET) == []
+
+
+@pytest.mark.services
+def test_workers_on_one_chroma_server_follow_each_other(chroma_server, monkeypatch):
+    monkeypatch.setattr(lexical, "_RECHECK", 0.0)
+    reader = MemoryStore.connect(port=chroma_server, clock=lambda: NOW)
+    writer = MemoryStore.connect(port=chroma_server, clock=lambda: NOW)
+    try:
+        secret = note(f"主人的储物柜暗号是 {SECRET} 号")
+        writer.add(secret)
+        assert reader.search(SECRET, k=1)[0].item.id == secret.id
+        assert secret.id in indexed(reader, SECRET)
+        writer.forget(secret.id)
+        assert secret.id not in [r.item.id for r in reader.search(SECRET, k=1)]
+        assert secret.id not in indexed(reader, SECRET)
+    finally:
+        reader.close()
+        writer.close()
