@@ -174,3 +174,19 @@ def test_workers_on_one_chroma_server_follow_each_other(chroma_server, monkeypat
     finally:
         reader.close()
         writer.close()
+
+
+def test_a_record_it_cannot_read_does_not_send_the_index_back_to_chroma(tmp_path, monkeypatch):
+    monkeypatch.setattr(lexical, "_RECHECK", 0.0)
+    folder = tmp_path / "memory"
+    with MemoryStore.open(folder, clock=lambda: NOW) as first:
+        lost, kept = note("主人的旧暗号"), note(f"主人的储物柜暗号是 {SECRET}")
+        first.add_many([lost, kept])
+        first._documents.forget([lost.id])  # its key gone, its record still there
+    with MemoryStore.open(folder, clock=lambda: NOW) as again:
+        caught_up: list[object] = []
+        real = again._lexical._catch_up
+        monkeypatch.setattr(again._lexical, "_catch_up", lambda *a: caught_up.append(a) or real(*a))
+        for _ in range(3):
+            assert again.search(SECRET, k=1)[0].item.id == kept.id
+        assert caught_up == []

@@ -18,8 +18,9 @@ document without rebuilding.
 The index lives in memory only and is rebuilt from the store when the store is opened.
 Chroma holds memory text sealed (`memory.storage.sealing`), and a forget destroys the
 key; an index in files would hold the text in the clear and keep it, in segments and
-freed pages, after a forget. Aliases (`memory.retrieval.aliases`) are indexed with the
-bucket they live in, as in Chroma. The store mirrors its own writes, supersedes, forgets
+freed pages, after a forget. (In RAM, a deleted document's terms stay in its tantivy
+segment, unsearchable, until a merge rewrites it; they never reach a file.) Aliases
+(`memory.retrieval.aliases`) are indexed with the bucket they live in, as in Chroma. The store mirrors its own writes, supersedes, forgets
 and prunes at once; what another client of a shared Chroma server (or another handle of
 the same folder) changes is caught up with when a bucket's record count differs from
 the index's, looked at no more than once a second (`follow`).
@@ -168,6 +169,13 @@ class LexicalIndex:
             texts = documents.unseal(got["ids"], got["documents"])
             kept = [(i, t) for i, t in zip(got["ids"], texts, strict=True) if t is not None]
             self.put(bucket, [i for i, _ in kept], [t for _, t in kept])
+            # Counted, not indexed: a record whose text this client cannot read (forgotten,
+            # or sealed with a key ring it lacks) would otherwise look missing every second.
+            with self._lock:
+                for record_id, text in zip(got["ids"], texts, strict=True):
+                    if text is None:
+                        self._ids.setdefault(bucket, set()).add(record_id)
+                        self._bucket_of[record_id] = bucket
 
     def _drop(self, record_id: str) -> None:
         self._writer.delete_documents_by_term("id", record_id)
