@@ -159,7 +159,8 @@ class LexicalIndex:
     def _catch_up(self, collection: Collection, documents: Documents) -> None:
         bucket = str(collection.metadata["bucket"])
         stored = {i for page in pages(collection, []) for i in page["ids"]}
-        indexed = set(self._ids.get(bucket, ()))
+        with self._lock:  # a write may be adding to it
+            indexed = set(self._ids.get(bucket, ()))
         self.remove(indexed - stored)
         missing = sorted(stored - indexed)
         for start in range(0, len(missing), _FETCH):
