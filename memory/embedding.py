@@ -41,11 +41,22 @@ def has_cjk(text: str) -> bool:
     return _IS_CJK.search(text) is not None
 
 
+def runs(text: str) -> list[str]:
+    """A text's casefolded runs of one script: each Latin (or other non-CJK) word, and
+    each unbroken run of CJK script."""
+    return _TOKEN.findall(text.casefold())
+
+
+def is_cjk_run(run: str) -> bool:
+    """Whether a run of `runs` is CJK script."""
+    return _IS_CJK.match(run) is not None
+
+
 def features(text: str) -> list[str]:
     """The n-grams a text is embedded from."""
     grams: list[str] = []
-    for token in _TOKEN.findall(text.casefold()):
-        if _IS_CJK.match(token):
+    for token in runs(text):
+        if is_cjk_run(token):
             grams.extend(token)
             grams.extend(token[i : i + 2] for i in range(len(token) - 1))
         else:

@@ -34,6 +34,7 @@ from memory.errors import MemoryStoreError, MemoryWriteError
 from memory.items import MemoryItem, Scope, require_owner
 from memory.lifecycle.changes import Lifecycle
 from memory.lifecycle.history import History
+from memory.retrieval.lexical import LexicalIndex
 from memory.retrieval.ranking import Decay, Fusion
 from memory.retrieval.search import Search
 from memory.storage.clear_text import finish_rebuild, has_clear_text, seal_clear_text
@@ -82,8 +83,8 @@ def _close(client: ClientAPI) -> None:
 
 
 class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
-    """Scoped memories with relevance × decay search (`memory.retrieval.search`), that supersede and
-    forget (`memory.lifecycle.changes`).
+    """Scoped memories with dense and lexical search (`memory.retrieval.search`), that
+    supersede and forget (`memory.lifecycle.changes`).
 
     Opening a store written with another embedding re-embeds it in place first
     (`memory.storage.reembed`), reporting to `progress(collection, done, total)`.
@@ -130,6 +131,8 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         # Re-embed before the layout migration, which copies stored vectors as they are.
         reembed_store(client, self.embedding_function, self._documents, progress=progress)
         migrate(client, self.embedding_function)
+        self._lexical = LexicalIndex()
+        self._lexical.load(self._stored(), self._documents)
 
     @classmethod
     def open(
@@ -237,6 +240,7 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         (`memory.storage.sealing`), and the ledger's log, where a plan once held the text, is
         checkpointed away. A server given the text in the clear keeps it (logged once)."""
         self._documents.forget(ids)
+        self._lexical.remove(ids)
         if self._folder is not None:
             checkpoint_ledger(self._folder)
         elif not self.erases_text and not _warned_clear_server:
@@ -273,13 +277,15 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         self._live()
         self._collections.clear()  # rebuilt collections are new objects
         self._missing.clear()
-        return reembed_store(
+        done = reembed_store(
             self.client,
             self.embedding_function,
             self._documents,
             everything=everything,
             progress=progress,
         )
+        self._lexical.load(self._stored(), self._documents)  # what a rebuild moved
+        return done
 
     # -- collections -------------------------------------------------------
     def _collection(self, bucket: str, *, create: bool) -> Collection | None:
@@ -383,7 +389,13 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
             assert collection is not None  # create=True always yields one
             for start in range(0, len(group), _BATCH):
                 chunk = group[start : start + _BATCH]
-                failed += upsert_each(collection, chunk, self._documents, self.embedding_function)
+                refused = upsert_each(collection, chunk, self._documents, self.embedding_function)
+                bad = {item_key(item) for item, _ in refused}
+                stored = [item for item in chunk if item_key(item) not in bad]
+                self._lexical.put(
+                    bucket, [item_key(i) for i in stored], [i.content for i in stored]
+                )
+                failed += refused
         if failed:
             self.failed_writes += len(failed)
             for item, exc in failed:
@@ -403,7 +415,9 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         Returns:
             How many memories were deleted.
         """
-        return sum(prune(collection, written) for collection in self._stored())
+        pruned = [prune(collection, written) for collection in self._stored()]
+        self._lexical.remove(i for memories, aliases in pruned for i in (*memories, *aliases))
+        return sum(len(memories) for memories, _ in pruned)
 
     # -- reads -------------------------------------------------------------
     @gated

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from memory.items import MemoryItem
 from memory.lifecycle.history import History, HistoryEntry
 from memory.retrieval.aliases import drop_aliases, leave_alias
+from memory.retrieval.lexical import LexicalIndex
 from memory.storage.erasure import Gate, exclusively, gated
 from memory.storage.records import records
 from memory.storage.sealing import Documents
@@ -36,6 +37,7 @@ class Lifecycle:
     _history: History
     _gate: Gate
     _documents: Documents
+    _lexical: LexicalIndex
     clock: Callable[[], float]
 
     if TYPE_CHECKING:
@@ -81,9 +83,14 @@ class Lifecycle:
             self._write([new])
         if found is None or old is None:
             return False
+        gone = [item_id]
         if current:
-            leave_alias(found[0], old, new, self._documents)
+            alias, dropped = leave_alias(found[0], old, new, self._documents)
+            if alias is not None:
+                self._lexical.put(old.bucket, [alias], [old.content])
+            gone += dropped
         found[0].delete(ids=[item_id])
+        self._lexical.remove(gone)
         return True
 
     @exclusively

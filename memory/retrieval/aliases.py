@@ -58,14 +58,15 @@ def resolve(
 
 def leave_alias(
     collection: Collection, old: MemoryItem, successor: MemoryItem, documents: Documents
-) -> None:
+) -> tuple[str | None, list[str]]:
     """Before `old` leaves `collection` for `successor`: its words, and those of the aliases
-    that pointed to it, point to `successor` (or, in another bucket, go)."""
+    that pointed to it, point to `successor` (or, in another bucket, go). Returns the alias
+    written (None in another bucket) and the aliases deleted, for the lexical index."""
     pointing = collection.get(where={ALIAS_OF: item_key(old)}, include=[])["ids"]
     if successor.bucket != old.bucket:
         if pointing:
             collection.delete(ids=pointing)
-        return
+        return None, pointing
     meta = {**_owner(successor), ALIAS_OF: item_key(successor)}
     if pointing:  # their words and vectors stay; only what they point to changes
         collection.update(ids=pointing, metadatas=[meta] * len(pointing))
@@ -78,6 +79,7 @@ def leave_alias(
         embeddings=vector,
         metadatas=[meta],
     )
+    return alias, []
 
 
 def drop_aliases(collection: Collection, ids: Sequence[str]) -> list[str]:

@@ -1,32 +1,45 @@
-"""Ranking: relevance × decay, as plain functions.
+"""Ranking: candidates from the dense and the lexical side, one relevance, age as a tie-break.
 
-Relevance is the embedding's cosine similarity, fused (`Fusion`) with the
-lexical similarity of their n-grams and discounted when the memory is
-written in another script than the question.
+relevance = `lexical_weight` × coverage + (1 − `lexical_weight`) × cosine (`Fusion`), in
+[0, 1]: coverage is the share of the question's information (the IDF of its terms,
+`memory.retrieval.lexical`) a memory holds; cosine is the embedding's, counted at
+`other_script` of itself for a memory in another script than the question.
+
+score = relevance ÷ the best candidate's relevance + `tie_break` × decay (`rank`). Age
+never buries relevance: decay is in [floor, 1], so it reorders only memories whose
+relevances are within `tie_break` × (1 − floor) of the best one's (0.8% by default). A
+multiplier did bury it: under relevance × decay (half-life 30 days, floor 0.2), LoCoMo
+R@5 fell from 0.35 to 0.12 once its memories carried their real dates.
 """
 
 from __future__ import annotations
 
-import functools
-import math
-from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from memory.embedding import features, has_cjk
+from memory.embedding import has_cjk
 from memory.items import MemoryItem
+from memory.retrieval.lexical import terms
 
 DAY = 86_400.0
 
 
 @dataclass(frozen=True)
 class Decay:
-    """Age-based decay with a half-life, floored so old but relevant memories still surface."""
+    """Age-based decay with a half-life and a floor, and how much it counts in a score.
+
+    Attributes:
+        half_life_days: the age at which decay is 0.5 (0: no decay).
+        floor: the least decay, however old.
+        tie_break: the weight of decay added to a relevance normalised to the best
+            candidate's (module docstring); 0 ranks by relevance alone.
+    """
 
     half_life_days: float = 30.0
     floor: float = 0.2
+    tie_break: float = 0.01
 
     def __call__(self, age_seconds: float) -> float:
         if self.half_life_days <= 0:
@@ -36,7 +49,7 @@ class Decay:
 
 @dataclass(frozen=True)
 class SearchResult:
-    """One ranked memory: `score = relevance × decay`."""
+    """One ranked memory: `score = relevance ÷ the best candidate's + tie_break × decay`."""
 
     item: MemoryItem
     score: float
@@ -46,64 +59,65 @@ class SearchResult:
 
 @dataclass(frozen=True)
 class Fusion:
-    """Relevance = the dense cosine, mixed with the lexical one, discounted across scripts.
+    """Relevance = `lexical_weight` × coverage + the rest × cosine, discounted across scripts.
 
-    Measured on `tests/data/memory_recall.jsonl` with the multilingual default
-    (`python -m tests.bench.memory`; the table is in docs/memory.md "Embedding and recall"): mixing in 20%
-    of the n-gram cosine lifts Chinese recall@5 (words that are names
-    and numbers count), and a memory in another script than the question
-    (CJK against Latin) counting 0.6 of its similarity stops Chinese notes
-    from crowding out English answers to English questions: a small
-    multilingual model scores unrelated Chinese text too close to English
-    queries. A memory in the other language still wins when it is clearly the
-    better match. `Fusion(lexical_weight=0, other_script=1)` is dense alone.
+    Chosen on LoCoMo (flat, R@5 then R@10) among reciprocal-rank fusion, min-max
+    weighted fusion and this rule, lexical weights 0.2-0.9 (`python -m tests.bench.locomo
+    --rows fusion`); the bilingual set (`tests/data/memory_recall.jsonl`) was not used to
+    choose. Coverage and cosine are both absolute, so a weak best hit of either side stays
+    weak. A memory in another script than the question (CJK against Latin) counts 0.6 of
+    its cosine: a small multilingual model scores unrelated Chinese text too close to
+    English questions. `Fusion(lexical_weight=0, other_script=1)` is dense alone (search
+    then takes no lexical candidates).
 
     Attributes:
-        lexical_weight: the share of the lexical cosine in the mix (0..1).
-        other_script: the factor on a memory whose script differs from the query's.
+        lexical_weight: the share of coverage in the mix (0..1).
+        other_script: the factor on the cosine of a memory whose script differs from the query's.
     """
 
-    lexical_weight: float = 0.2
+    lexical_weight: float = 0.6
     other_script: float = 0.6
 
     def relevances(
-        self, query: str | Sequence[str], documents: list[str], distances: list[float]
+        self,
+        asked: Sequence[str],
+        documents: Sequence[str],
+        distances: Sequence[float],
+        idf: Callable[[str], float],
     ) -> list[float]:
-        """The fused relevance, in [0, 1], of each document for `query`.
+        """The fused relevance, in [0, 1], of each document for the question.
 
-        `query` may be several readings of one question (`memory.retrieval.perspective.readings`,
-        the question as written first): the lexical half takes the best of them.
+        Args:
+            asked: the question's readings (`memory.retrieval.perspective.readings`, as
+                written first); coverage takes the best of them.
+            documents: the candidates' texts.
+            distances: their cosine distances to the question's vector.
+            idf: a term's IDF over the store (`memory.retrieval.lexical.LexicalIndex.idf`).
         """
-        asked = [query] if isinstance(query, str) else list(query)
-        dense = np.clip(1.0 - np.asarray(distances, dtype=np.float32), 0.0, 1.0)
-        if self.lexical_weight:
-            grams = [_grams(text) for text in asked]
-            lexical = np.asarray(
-                [max(_cosine(reading, _grams(text)) for reading in grams) for text in documents]
-            )
-            dense = (1 - self.lexical_weight) * dense + self.lexical_weight * lexical
+        cosine = np.clip(1.0 - np.asarray(distances, dtype=np.float32), 0.0, 1.0)
         script = has_cjk(asked[0])
-        factors = [1.0 if has_cjk(d) == script else self.other_script for d in documents]
-        return [float(r) for r in dense * np.asarray(factors, dtype=np.float32)]
+        factors = np.asarray(
+            [1.0 if has_cjk(d) == script else self.other_script for d in documents],
+            dtype=np.float32,
+        )
+        dense = cosine * factors
+        if not self.lexical_weight:
+            return [float(r) for r in dense]
+        readings = [{t: idf(t) for t in set(terms(text))} for text in asked]
+        covered = np.asarray([_coverage(readings, set(terms(d))) for d in documents])
+        fused = self.lexical_weight * covered + (1 - self.lexical_weight) * dense
+        return [float(r) for r in fused]
 
 
-@functools.lru_cache(maxsize=8_192)
-def _grams(text: str) -> tuple[Counter[str], float]:
-    """A text's n-gram counts (`memory.embedding.features`) and their norm; cached, as the
-    same memories come back search after search."""
-    counts = Counter(features(text))
-    return counts, math.sqrt(sum(n * n for n in counts.values()))
-
-
-def _cosine(a: tuple[Counter[str], float], b: tuple[Counter[str], float]) -> float:
-    """The cosine of two n-gram counts: the lexical half of the fusion. Counted exactly
-    rather than through hashed vectors: a search at 100,000 items meets ~50 memories it
-    has not seen, and hashing each one cost ~0.2 ms."""
-    (small, small_norm), (large, large_norm) = sorted((a, b), key=lambda g: len(g[0]))
-    if not small_norm or not large_norm:
-        return 0.0
-    found = large.get
-    return sum(n * found(gram, 0) for gram, n in small.items()) / (small_norm * large_norm)
+def _coverage(readings: Sequence[dict[str, float]], held: set[str]) -> float:
+    """The share of a reading's IDF that a memory's terms hold, the best reading's: unlike
+    BM25 normalised to its best hit, a memory that shares only common words scores near 0."""
+    shares = [
+        sum(w for t, w in weights.items() if t in held) / total
+        for weights in readings
+        if (total := sum(weights.values()))
+    ]
+    return max(shares, default=0.0)
 
 
 def rank(
@@ -114,12 +128,15 @@ def rank(
     k: int,
     min_relevance: float,
 ) -> list[SearchResult]:
-    """Top `k` of (item, relevance) pairs by relevance × decay."""
+    """Top `k` of (item, relevance) pairs by relevance ÷ the best one's + tie-break × decay
+    (module docstring); those under `min_relevance` left out."""
+    top = max((relevance for _, relevance in candidates), default=0.0) or 1.0
     results = []
     for item, relevance in candidates:
         if relevance < min_relevance:
             continue
         factor = decay(now - item.created_at)
-        results.append(SearchResult(item, relevance * factor, relevance, factor))
+        score = relevance / top + decay.tie_break * factor
+        results.append(SearchResult(item, score, relevance, factor))
     results.sort(key=lambda r: r.score, reverse=True)
     return results[:k]

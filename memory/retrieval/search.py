@@ -2,7 +2,9 @@
 near-duplicate check's neighbours.
 
 Each reads the reader's buckets side by side (`memory.storage.layout`: the persona's,
-user and project; restricted reads only the shared two), reads a hit on a
+user and project; restricted reads only the shared two), and a search takes candidates
+from both the embedding's nearest and the lexical index's best over those same buckets
+(`memory.retrieval.lexical`; ranked by `memory.retrieval.ranking`). Each reads a hit on a
 superseded fact's words as a hit on what replaced it (`memory.retrieval.aliases`), and
 guards each hit's owner a second time (`memory.storage.records.may_read`).
 """
@@ -12,11 +14,14 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from memory.embedding import cosines
 from memory.items import MemoryItem, Scope, bucket_name
 from memory.retrieval.aliases import resolve
+from memory.retrieval.lexical import LexicalIndex
 from memory.retrieval.perspective import query_vector, readings
 from memory.retrieval.ranking import Decay, Fusion, SearchResult, rank
 from memory.storage.erasure import Gate, gated
@@ -28,10 +33,16 @@ if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
 
 _SHARED_BUCKETS = (Scope.USER.value, Scope.PROJECT.value)
-# Candidates per bucket: enough that fusion can reorder past the dense top few.
-_POOL = 32
+# Candidates per bucket from the embedding, and from the lexical index over all the
+# readable buckets: enough that fusion can reorder past either side's top few.
+_POOL = 50
 _AGELESS = Decay(half_life_days=0)
-T = TypeVar("T")
+# What an extractor is shown is ranked by the embedding alone: the bars it is judged by
+# (`nodes.extraction.extractors.SUPERSEDE_RELEVANCE`, `memory.lifecycle.operations.
+# MIN_TARGET_RELEVANCE`) were measured on an embedding-led scale, and a correction is a
+# paraphrase of what it corrects more than it shares its words ("更正一下，我搬到滨江区了"
+# against "主人住在杭州西湖区": 0.35 with a fifth of coverage, 0.42 by the embedding).
+_EXTRACTOR_FUSION = Fusion(lexical_weight=0.0)
 
 
 class Search:
@@ -45,6 +56,7 @@ class Search:
     _gate: Gate
     _documents: Documents
     _bucket_pool: ThreadPoolExecutor
+    _lexical: LexicalIndex
 
     if TYPE_CHECKING:
 
@@ -60,7 +72,8 @@ class Search:
     def search(
         self, query: str, persona_id: str | None = None, restricted: bool = False, k: int = 8
     ) -> builtins.list[SearchResult]:
-        """The `k` most relevant memories the reader may see, ranked by relevance × decay.
+        """The `k` most relevant memories the reader may see; age only breaks near-ties
+        (`memory.retrieval.ranking`).
 
         Args:
             query: the text to match (usually the turn's message).
@@ -71,7 +84,7 @@ class Search:
         Returns:
             Up to `k` results, best first; [] for an empty query or `k <= 0`.
         """
-        return self._search(query, persona_id, restricted, k, self.decay)
+        return self._search(query, persona_id, restricted, k, self.decay, self.fusion)
 
     @gated
     def relevant(
@@ -80,20 +93,29 @@ class Search:
         """The `k` memories `persona_id` may read (unrestricted) most relevant to `query`,
         whatever their age (`memory.protocols.RanksByRelevance`): what an extractor is
         shown, since the fact a new one replaces is usually an old one."""
-        return self._search(query, persona_id, False, k, _AGELESS)
+        return self._search(query, persona_id, False, k, _AGELESS, _EXTRACTOR_FUSION)
 
     def _search(
-        self, query: str, persona_id: str | None, restricted: bool, k: int, decay: Decay
+        self,
+        query: str,
+        persona_id: str | None,
+        restricted: bool,
+        k: int,
+        decay: Decay,
+        fusion: Fusion,
     ) -> builtins.list[SearchResult]:
         if not query.strip() or k <= 0:
             return []
         reader = clean_text(persona_id) if persona_id else None
         asked = readings(clean_text(query), owner=not restricted)
         vector = query_vector(self.embedding_function.embed_query, asked)
-        # Oversample so that fusion and decay can reorder.
-        hits = self._closest(vector, reader, restricted, max(k * 2, _POOL))
-        relevances = self.fusion.relevances(
-            asked, [text for _, text, _ in hits], [distance for _, _, distance in hits]
+        lexical = bool(fusion.lexical_weight)
+        hits = self._candidates(asked, vector, reader, restricted, max(k * 2, _POOL), lexical)
+        relevances = fusion.relevances(
+            asked,
+            [text for _, text, _ in hits],
+            [distance for _, _, distance in hits],
+            self._lexical.idf,
         )
         best: dict[str, tuple[MemoryItem, float]] = {}  # a memory, and its words' alias
         for (item, *_), relevance in zip(hits, relevances, strict=True):
@@ -146,7 +168,8 @@ class Search:
                     return items
                 n *= 4
 
-        found = [hit for hits in self._each_bucket(close, reader, False) for hit in hits]
+        readable = self._readable(reader, False)
+        found = [hit for hits in self._bucket_pool.map(close, readable) for hit in hits]
         found = [hit for hit in found if may_read(hit[0], reader, False)]
         found.sort(key=lambda hit: hit[1], reverse=True)
         return found[:k]
@@ -155,12 +178,24 @@ class Search:
         """The embedding cosine of `text` with each of `others`."""
         return cosines(self.embedding_function, text, others)
 
-    def _closest(
-        self, vector: Any, reader: str | None, restricted: bool, n: int
+    def _candidates(
+        self,
+        asked: Sequence[str],
+        vector: Any,
+        reader: str | None,
+        restricted: bool,
+        n: int,
+        lexical_side: bool,
     ) -> builtins.list[tuple[MemoryItem, str, float]]:
-        """Up to `n` nearest records of each bucket the reader may read, as (memory, the text
-        that matched, distance: the store's space is cosine); memories it may not read are
-        dropped loudly."""
+        """The `n` nearest records of each bucket the reader may read and (`lexical_side`)
+        the `n` best by BM25 among those buckets alone, as (memory, the text that matched, distance: the
+        store's space is cosine); memories it may not read are dropped loudly."""
+        collections = self._readable(reader, restricted)
+        lexical: dict[str, builtins.list[str]] = {}
+        if lexical_side:
+            for collection in collections:
+                self._lexical.follow(_bucket(collection), collection, self._documents)
+            lexical = self._lexical.search(asked, [_bucket(c) for c in collections], n)
 
         def nearest(collection: Collection) -> builtins.list[tuple[MemoryItem, str, float]]:
             # Chroma caps n_results at the collection's count.
@@ -169,19 +204,43 @@ class Search:
                 n_results=n,
                 include=["documents", "metadatas", "distances"],
             )
+            dense = set(found["ids"][0])
+            more = [i for i in lexical.get(_bucket(collection), ()) if i not in dense]
+            if more:
+                found = _with(found, collection, more, vector)
             return resolve(collection, found, self._documents)
 
-        hits = self._each_bucket(nearest, reader, restricted)
+        hits = self._bucket_pool.map(nearest, collections)
         return [hit for found in hits for hit in found if may_read(hit[0], reader, restricted)]
 
-    def _each_bucket(
-        self, read: Callable[[Collection], T], reader: str | None, restricted: bool
-    ) -> builtins.list[T]:
-        """`read` of each existing bucket the reader may read, side by side: Chroma releases
-        the GIL while it searches (at 100k items a search went from 12.7 to 8.4 ms, median)."""
-        collections = [
+    def _readable(self, reader: str | None, restricted: bool) -> builtins.list[Collection]:
+        """The existing buckets the reader may read. Each is then read side by side (the
+        pool): Chroma releases the GIL while it searches (at 100k items a search went from
+        12.7 to 8.4 ms, median)."""
+        return [
             c
             for bucket in self.readable_buckets(reader, restricted)
             if (c := self._collection(bucket, create=False)) is not None
         ]
-        return builtins.list(self._bucket_pool.map(read, collections))
+
+
+def _bucket(collection: Collection) -> str:
+    return str(collection.metadata["bucket"])
+
+
+def _with(
+    found: Mapping[str, Any], collection: Collection, ids: Sequence[str], vector: Any
+) -> dict[str, Any]:
+    """A query's result with these records added, each at its stored vector's distance."""
+    got: Mapping[str, Any] = collection.get(
+        ids=builtins.list(ids), include=["documents", "metadatas", "embeddings"]
+    )
+    stored = np.asarray(got["embeddings"], dtype=np.float32)
+    query = np.asarray(vector, dtype=np.float32)
+    norms = np.linalg.norm(stored, axis=1) * max(float(np.linalg.norm(query)), 1e-12)
+    distances = 1.0 - (stored @ query) / np.maximum(norms, 1e-12)
+    added = {**got, "distances": [float(d) for d in distances]}
+    return {
+        key: [builtins.list(found[key][0]) + builtins.list(added[key])]
+        for key in ("ids", "documents", "metadatas", "distances")
+    }

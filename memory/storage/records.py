@@ -101,9 +101,9 @@ def write(
     )
 
 
-def prune(collection: Collection, written: Mapping[str, Set[str]]) -> int:
+def prune(collection: Collection, written: Mapping[str, Set[str]]) -> tuple[list[str], list[str]]:
     """Delete the items of these extractions (key → the ids its latest run wrote) that
-    the latest run did not write; how many went."""
+    the latest run did not write; the ids of those that went, and of their aliases."""
     where: Any = {"source_extraction": {"$in": list(written)}}
     got: Mapping[str, Any] = collection.get(where=where, include=["metadatas"])
     stale = [
@@ -111,11 +111,14 @@ def prune(collection: Collection, written: Mapping[str, Set[str]]) -> int:
         for item_id, meta in zip(got["ids"], got["metadatas"], strict=True)
         if item_id not in written.get(str((meta or {}).get("source_extraction")), ())
     ]
-    if stale:
-        collection.delete(ids=stale)
-        aliases: Any = {ALIAS_OF: {"$in": stale}}
-        collection.delete(where=aliases)  # the words they held as aliases
-    return len(stale)
+    if not stale:
+        return [], []
+    collection.delete(ids=stale)
+    pointing: Any = {ALIAS_OF: {"$in": stale}}
+    aliases = collection.get(where=pointing, include=[])["ids"]
+    if aliases:
+        collection.delete(ids=aliases)  # the words they held as aliases
+    return stale, aliases
 
 
 def records(got: Mapping[str, Any], documents: Documents) -> list[MemoryItem]:

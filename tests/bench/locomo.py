@@ -368,13 +368,16 @@ def store_rank_function(options: Mapping[str, Any] | None = None) -> RankFunctio
     def index(corpus: Corpus) -> Search:
         folder = tempfile.TemporaryDirectory(prefix="cyrene-locomo-")
         store = MemoryStore.open(folder.name, clock=lambda: corpus.now, **(options or {}))
-        ids: dict[str, list[str]] = {}
-        for memory in corpus.memories:
-            ids.setdefault(memory.text, []).append(memory.id)
-        store.add_many(
+        items = [
             MemoryItem(content=m.text, kind="note", scope=Scope.USER, created_at=m.created_at)
             for m in corpus.memories
-        )
+        ]
+        # By the stored text: an item's text is cleaned (`nodes.kernel.text.clean_text`), and
+        # looking hits up by the turn's raw text lost every turn the cleaning changed.
+        ids: dict[str, list[str]] = {}
+        for memory, item in zip(corpus.memories, items, strict=True):
+            ids.setdefault(item.content, []).append(memory.id)
+        store.add_many(items)
 
         class StoreSearch:
             def __call__(self, question: str, k: int) -> list[str]:

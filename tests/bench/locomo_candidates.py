@@ -62,6 +62,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from memory.embedding import has_cjk
+from memory.retrieval.lexical import raw_terms as grams
 from memory.retrieval.perspective import readings
 from memory.retrieval.ranking import Decay, Fusion
 from tests.bench.locomo import (
@@ -120,18 +121,6 @@ def terms(text: str) -> list[str]:
 def words(text: str) -> list[str]:
     """Lowercased `\\w+` tokens: the issue's BM25 baseline (a CJK run is one token)."""
     return _WORD.findall(text.lower())
-
-
-def grams(text: str) -> list[str]:
-    """`terms`, and the character trigrams of each Latin word of four letters or more."""
-    found = terms(text)
-    found += [
-        w[i : i + 3]
-        for w in found
-        if len(w) > 3 and not _IS_CJK.match(w)
-        for i in range(len(w) - 2)
-    ]
-    return found
 
 
 def trigrams(text: str) -> list[str]:
@@ -364,6 +353,13 @@ LEXICAL = {
             "tantivy",
             grams,
             lambda t, f: Tantivy(t, f, stem=True, analyze=grams),
+        ),
+        # The store's own analysis (`memory.retrieval.lexical`): unstemmed.
+        Lexical(
+            "tantivy words+trigrams unstemmed",
+            "tantivy",
+            grams,
+            lambda t, f: Tantivy(t, f, analyze=grams),
         ),
     )
 }
@@ -1139,8 +1135,12 @@ def run(
 
     if "store" in groups:
         both(
-            "the current default store",
-            {"MemoryStore defaults": store_rank_function()},
+            "the store: the default (dense + lexical candidates, age a tie-break), and its "
+            "embedding alone",
+            {
+                "MemoryStore defaults": store_rank_function(),
+                "MemoryStore, embedding alone": store_rank_function({"fusion": Fusion(0, 1)}),
+            },
             ("flat", "dated"),
         )
     if "lexical" in groups:
