@@ -253,6 +253,35 @@ def test_studio_without_its_extra_says_what_to_install_before_any_url(
     assert line.endswith("-m pip install -e '.[studio]'"), "the command for a clone"
 
 
+def test_studio_prints_the_port_it_serves_on_when_the_asked_one_is_taken(
+    tmp_path, capsys, monkeypatch
+):
+    """Issue 32 finding 10: with 2024 taken, `langgraph dev` moved to another port while
+    `cyrene studio` printed `:2024`."""
+    import socket
+    from types import SimpleNamespace
+
+    ran: list[list[str]] = []
+    monkeypatch.setattr(studio.cli.serve, "langgraph_binary", lambda: "langgraph")
+    server = SimpleNamespace(address="127.0.0.1:1")
+    monkeypatch.setattr(studio.cli.serve, "start_server", lambda data: (None, server))
+    monkeypatch.setattr(studio.cli.serve, "stop_server", lambda data, process: None)
+    monkeypatch.setattr(
+        studio.cli.serve, "_run_until_stopped", lambda command, env: ran.append(command) or 0
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        out = cyrene(capsys, "studio", "--port", str(busy), "--data", str(tmp_path))
+    assert out.code == 0, out.err
+    served = int(ran[0][ran[0].index("--port") + 1])
+    assert served != busy
+    assert f"http://127.0.0.1:{served}  (docs at /docs)" in out.out
+    assert f":{busy}" not in out.out
+    assert f"cyrene: port {busy} is in use; serving on {served}" in out.err
+
+
 def test_the_demo_names_each_persona_the_same_way_everywhere(tmp_path):
     out = cyrene_process("demo", "--data", str(tmp_path))
     assert out.returncode == 0, out.stderr
