@@ -194,7 +194,10 @@ def test_prune_on_an_unknown_session_is_not_found_like_history(tmp_path, capsys)
 
 def test_a_missing_data_folder_is_named_as_such(tmp_path, capsys):
     missing = tmp_path / "nonexistent" / "dir"
-    for argv in (["history", "s1"], ["sessions"], ["prune"]):
+    reads = (["history", "s1"], ["sessions"], ["prune"])
+    # Issue 32 finding 10: the memory reads made an empty store in the missing folder.
+    memory_reads = (["memory", "list"], ["memory", "search", "猫"], ["memory", "export"])
+    for argv in (*reads, *memory_reads, ["memory", "history", "m1"]):
         out = cyrene(capsys, "--data", str(missing), *argv)
         assert out.code == 1
         assert one_line_error(out) == f"cyrene: --data {missing}: no such folder"
