@@ -285,6 +285,24 @@ def test_studio_prints_the_port_it_serves_on_when_the_asked_one_is_taken(
     assert f"cyrene: port {busy} is in use; serving on {served}" in out.err
 
 
+def test_a_reader_that_stops_early_ends_the_listing_quietly(tmp_path, capsys):
+    """Issue 32 finding 10: `cyrene sessions | head` ended in a BrokenPipeError traceback."""
+    assert cyrene(capsys, "run", "你好", "--data", str(tmp_path)).code == 0
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    listing = subprocess.Popen(
+        [sys.executable, "-m", "studio.cli.main", "sessions", "--data", str(tmp_path)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert listing.stdout is not None and listing.stderr is not None
+    listing.stdout.close()  # gone before the first line is written
+    err = listing.stderr.read().decode()
+    assert listing.wait(timeout=120) == 0, err
+    assert err == ""
+
+
 def test_the_demo_names_each_persona_the_same_way_everywhere(tmp_path):
     out = cyrene_process("demo", "--data", str(tmp_path))
     assert out.returncode == 0, out.stderr
