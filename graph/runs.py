@@ -83,7 +83,7 @@ def final_reply(write: tuple[str, str, Any]) -> bool:
 TraceFacts = Callable[[SessionEnv, RunnableConfig | None], dict[str, Any]]
 """What a trace of a run says about its session (`nodes.core.loop.Loop.trace_facts`)."""
 ANSWERED = object()
-"""A recovered message that is stored and whose turn is complete: nothing to run."""
+"""A recovered or re-sent message that is stored and whose turn is complete: nothing to run."""
 
 
 class NothingToResumeError(ValueError):
@@ -334,7 +334,23 @@ class CyreneGraph(CompiledStateGraph):
             return recovered_input(claim, input, {m.id for m in messages}, resumable)
         if input is None and not (yield from self._resumable(config)):
             raise _nothing_to_resume(config)
-        return merged_input(claim, input) if isinstance(input, dict) else input
+        if not isinstance(input, dict):
+            return input
+        if not claim.merged and (yield from self._answered_already(input, config)):
+            return ANSWERED
+        return merged_input(claim, input)
+
+    def _answered_already(self, input: dict, config: RunnableConfig | None) -> Steps:
+        """Whether every message of `input` is already in the thread and its turn is over
+        (answered, or a group turn that stayed quiet): a script run twice with `id="m1"`.
+        Running it again would answer one message twice. A message stored by a turn that
+        failed is run again: the caller is retrying it."""
+        stored = (yield from self._state(self._at(config, None))).values.get(MESSAGES, [])
+        ids = {m.id for m in stored if isinstance(m, HumanMessage)}  # a reply's may collide
+        sent = input.get(MESSAGES) or []
+        if not sent or not all(m.id in ids for m in sent):
+            return False
+        return not (yield from self._resumable(config))
 
     def _answer(
         self, checkpoint_id: str | None, config: RunnableConfig | None, kwargs: dict

@@ -194,7 +194,10 @@ def test_prune_on_an_unknown_session_is_not_found_like_history(tmp_path, capsys)
 
 def test_a_missing_data_folder_is_named_as_such(tmp_path, capsys):
     missing = tmp_path / "nonexistent" / "dir"
-    for argv in (["history", "s1"], ["sessions"], ["prune"]):
+    reads = (["history", "s1"], ["sessions"], ["prune"])
+    # Issue 32 finding 10: the memory reads made an empty store in the missing folder.
+    memory_reads = (["memory", "list"], ["memory", "search", "猫"], ["memory", "export"])
+    for argv in (*reads, *memory_reads, ["memory", "history", "m1"]):
         out = cyrene(capsys, "--data", str(missing), *argv)
         assert out.code == 1
         assert one_line_error(out) == f"cyrene: --data {missing}: no such folder"
@@ -272,6 +275,53 @@ def test_tracing_without_its_extra_says_what_to_install(tmp_path, capsys, monkey
     assert one_line_error(out).startswith(
         "cyrene: OTEL_EXPORTER_OTLP_ENDPOINT (tracing) needs the otel extra: "
     )
+
+
+def test_studio_prints_the_port_it_serves_on_when_the_asked_one_is_taken(
+    tmp_path, capsys, monkeypatch
+):
+    """Issue 32 finding 10: with 2024 taken, `langgraph dev` moved to another port while
+    `cyrene studio` printed `:2024`."""
+    import socket
+    from types import SimpleNamespace
+
+    ran: list[list[str]] = []
+    monkeypatch.setattr(studio.cli.serve, "langgraph_binary", lambda: "langgraph")
+    server = SimpleNamespace(address="127.0.0.1:1")
+    monkeypatch.setattr(studio.cli.serve, "start_server", lambda data: (None, server))
+    monkeypatch.setattr(studio.cli.serve, "stop_server", lambda data, process: None)
+    monkeypatch.setattr(
+        studio.cli.serve, "_run_until_stopped", lambda command, env: ran.append(command) or 0
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        out = cyrene(capsys, "studio", "--port", str(busy), "--data", str(tmp_path))
+    assert out.code == 0, out.err
+    served = int(ran[0][ran[0].index("--port") + 1])
+    assert served != busy
+    assert f"http://127.0.0.1:{served}  (docs at /docs)" in out.out
+    assert f":{busy}" not in out.out
+    assert f"cyrene: port {busy} is in use; serving on {served}" in out.err
+
+
+def test_a_reader_that_stops_early_ends_the_listing_quietly(tmp_path, capsys):
+    """Issue 32 finding 10: `cyrene sessions | head` ended in a BrokenPipeError traceback."""
+    assert cyrene(capsys, "run", "你好", "--data", str(tmp_path)).code == 0
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    listing = subprocess.Popen(
+        [sys.executable, "-m", "studio.cli.main", "sessions", "--data", str(tmp_path)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert listing.stdout is not None and listing.stderr is not None
+    listing.stdout.close()  # gone before the first line is written
+    err = listing.stderr.read().decode()
+    assert listing.wait(timeout=120) == 0, err
+    assert err == ""
 
 
 def test_the_demo_names_each_persona_the_same_way_everywhere(tmp_path):

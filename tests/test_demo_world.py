@@ -134,3 +134,40 @@ def test_the_computed_chat_models_report_langchains_standard_params():
         params = model._get_ls_params()
         assert params["ls_model_type"] == "chat"
         assert params["ls_provider"] == "cyrene" and params["ls_model_name"] == model._llm_type
+
+
+def test_a_real_model_gets_its_own_budget_and_no_demo_describer(tmp_path):
+    """Issue 32 finding 8: `--model` kept the demo's 256-token budget, so a real chat
+    lost '我叫小林' by its twelfth turn, and the offline describer stood between it and
+    the pictures."""
+    from langchain_core.messages import AIMessage
+
+    from studio.demo.world import DEMO_CONTEXT_TOKENS
+    from tests.scripted import ScriptedChatModel
+
+    demo = demo_config(tmp_path)
+    real = demo_config(tmp_path, model=ScriptedChatModel(script=[AIMessage("好")]))
+    assert (demo.max_context_tokens, demo.vision) == (DEMO_CONTEXT_TOKENS, describe_image)
+    assert (real.max_context_tokens, real.vision) == ("auto", None)
+    assert real.tool_names == demo.tool_names, "the tools serve every model"
+
+
+def test_get_time_answers_in_the_time_blocks_zone(tmp_path, monkeypatch):
+    """Issue 32 finding 8: get_time answered in the machine's zone while the time block
+    said Asia/Shanghai."""
+    import time
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        config = demo_config(tmp_path)
+        [get_time] = [t for t in config.tools if t.name == "get_time"]
+        said = get_time.invoke({})
+        expected = datetime.now(config.zone()).strftime("%Y-%m-%d %H:%M")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert config.zone() == ZoneInfo("Asia/Shanghai")
+    assert said == expected

@@ -173,6 +173,22 @@ def test_the_quickstart_runs_verbatim_and_prints_the_replies(quickstart):
     assert [m.name for m in group] == ["小明", None]
 
 
+def test_the_quickstart_run_again_answers_its_message_once(quickstart, capsys):
+    """Issue 32 finding 10: a second run of the quickstart (its fixed `id="m1"`) left two
+    replies to one message; now m1 gets the reply it has, and nothing is stored for it."""
+    exec(compile(python_block(README, "## Python quickstart"), "again", "exec"), {})
+    again = capsys.readouterr().out.splitlines()
+    assert again[0] == quickstart["printed"][0], "the reply m1 already had"
+    with open_checkpointer("sqlite:///.cyrene/checkpoints.db") as saver:
+        from graph import build_graph
+
+        graph = build_graph(quickstart["config"], saver)
+        owner = graph.get_state({"configurable": {"thread_id": "s1"}}).values["messages"]
+        group = graph.get_state({"configurable": {"thread_id": "g1"}}).values["messages"]
+    assert [m.type for m in owner] == ["human", "ai"], "m1 answered once"
+    assert [m.type for m in group] == ["human", "ai"] * 2, "no id: a new message each run"
+
+
 def test_the_imported_history_snippet_runs(quickstart, capsys):
     code = python_block(
         page("what-a-run-accepts.md"), "## Trusted system and assistant text, and imported history"

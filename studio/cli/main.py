@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from nodes.kernel.choices import ACTORS, GROUP_REPLIES
 from studio import settings
-from studio.cli.errors import EXIT_USAGE, CliError, describe
+from studio.cli.errors import EXIT_OK, EXIT_USAGE, CliError, describe
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -195,7 +195,12 @@ def main(argv: list[str] | None = None, *, model: BaseChatModel | None = None) -
     except SystemExit as exc:  # --help, or a usage error already printed
         return int(exc.code or 0)
     try:
-        return _command(args.command)(args, model)
+        code = _command(args.command)(args, model)
+        sys.stdout.flush()  # here, so that a reader gone early is caught below
+        return code
+    except BrokenPipeError:  # `cyrene sessions | head`: the reader has what it wanted
+        _discard_stdout()
+        return EXIT_OK
     except CliError as exc:
         print(f"cyrene: {describe(exc)}", file=sys.stderr)
         return exc.exit_code
@@ -204,6 +209,14 @@ def main(argv: list[str] | None = None, *, model: BaseChatModel | None = None) -
         return EXIT_USAGE
     except KeyboardInterrupt:
         return SIGINT_EXIT
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush into the closed
+    pipe does not print a traceback of its own."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 Command = Callable[[argparse.Namespace, "BaseChatModel | None"], int]

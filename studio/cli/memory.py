@@ -86,9 +86,14 @@ def add_memory_parser(
 
 
 def memory_command(args: argparse.Namespace) -> int:
-    from studio.cli.storage import data_folder, open_memory
+    from studio.cli.storage import data_folder, existing_data, open_memory
 
-    data_folder(args.data, write=args.action in WRITES)
+    if args.action in WRITES:
+        data_folder(args.data, write=True)
+    elif args.memory_server:  # the memories are on that server, not in the folder
+        data_folder(args.data, write=False)
+    else:  # opening a missing embedded store would create an empty one
+        existing_data(args.data)
     reembedding = Reembedding()
     with open_memory(args, reembedding) as store:
         if args.action == "reindex":  # opening may have done the work: count it too

@@ -17,6 +17,7 @@ import importlib.util
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,7 @@ from studio.settings import (
 )
 
 REPO = Path(__file__).resolve().parents[2]  # studio/cli/serve.py → the clone
+HOST = "127.0.0.1"
 
 OFFLINE_ENV = {
     "LANGGRAPH_CLI_NO_ANALYTICS": "1",  # no analytics ping
@@ -63,12 +65,25 @@ def dev_command(port: int) -> list[str]:
         "--no-browser",
         "--no-reload",
         "--host",
-        "127.0.0.1",
+        HOST,
         "--port",
         str(port),
         "--config",
         str(REPO / "langgraph.json"),
     ]
+
+
+def free_port(requested: int) -> int:
+    """`requested` when nothing listens there, else a free port the OS picks. Chosen here
+    because `langgraph dev` would move on its own and the URLs printed first be wrong."""
+    for candidate in (requested, 0):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((HOST, candidate))
+            except OSError:
+                continue
+            return int(probe.getsockname()[1])
+    raise CliError(f"--port {requested}: no free port on {HOST}")
 
 
 def dev_env(
@@ -116,10 +131,13 @@ def studio_command(args: argparse.Namespace) -> int:
             checkpoint=args.checkpoint,
             model=args.model,
         )
-        print(f"API:    http://127.0.0.1:{args.port}  (docs at /docs)")
-        print(f"Studio: https://smith.langchain.com/studio/?baseUrl=http://127.0.0.1:{args.port}")
+        port = free_port(args.port)
+        if port != args.port:
+            print(f"cyrene: port {args.port} is in use; serving on {port}", file=sys.stderr)
+        print(f"API:    http://{HOST}:{port}  (docs at /docs)")
+        print(f"Studio: https://smith.langchain.com/studio/?baseUrl=http://{HOST}:{port}")
         print(f"Memory: {server.address} (the CLI on {data} uses it meanwhile)", flush=True)
-        return _run_until_stopped(dev_command(args.port), env)
+        return _run_until_stopped(dev_command(port), env)
     finally:
         stop_server(data, memory)
         lock.release()

@@ -51,12 +51,21 @@ def data_folder(path: Path, *, write: bool) -> Path:
     return path
 
 
+def existing_data(path: Path) -> Path:
+    """`--data` for reading what is stored there: a missing folder is "not found", not a
+    blank listing (nor a new empty store)."""
+    if not path.exists():
+        raise CliError(f"--data {path}: no such folder", EXIT_NOT_FOUND)
+    return data_folder(path, write=False)
+
+
 def stored_data(args: argparse.Namespace) -> None:
-    """For a command that reads what is stored: `--data` must exist (unless `--checkpoint`
-    names the database elsewhere); a missing one is "not found", not a blank listing."""
-    if not args.checkpoint and not args.data.exists():
-        raise CliError(f"--data {args.data}: no such folder", EXIT_NOT_FOUND)
-    data_folder(args.data, write=False)
+    """For a command that reads stored sessions: `--data` must exist, unless `--checkpoint`
+    names the database elsewhere."""
+    if args.checkpoint:
+        data_folder(args.data, write=False)
+    else:
+        existing_data(args.data)
 
 
 def writable_data(args: argparse.Namespace) -> Path:

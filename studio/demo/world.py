@@ -2,7 +2,9 @@
 
 Every stage of the loop is switched on, so Studio shows each node at work: a
 compaction budget a longer chat reaches, the offline image describer and the
-keyword mood hook (`studio.demo.hooks`), the manual extractor.
+keyword mood hook (`studio.demo.hooks`), the manual extractor. A real model
+(`--model`) keeps the personas, tools and memories but not the demo's stand-ins:
+it gets its own compaction budget and sees images itself.
 
 Everything lives under one data folder (default `./.cyrene`): the SQLite
 checkpoints, the embedded Chroma memory, the audit and capacity logs, notes.
@@ -14,6 +16,7 @@ import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool, tool
@@ -35,6 +38,7 @@ from studio.text import Reembedding
 # on the owner chat's sixth turn and the group chat's third, a Studio chat of
 # short lines on about its ninth.
 DEMO_CONTEXT_TOKENS = 256
+DEMO_TIMEZONE = "Asia/Shanghai"
 
 PERSONAS = {
     "xilian": Persona(
@@ -77,13 +81,14 @@ def demo_model(spec: str | None = None) -> tuple[BaseChatModel, bool]:
     return DemoChatModel(), True
 
 
-def demo_tools(store: MemoryStore, data: Path) -> list[BaseTool]:
+def demo_tools(store: MemoryStore, data: Path, zone: ZoneInfo) -> list[BaseTool]:
+    """The three tools; `get_time` answers in `zone`, the time block's, not the machine's."""
     notes = data / "notes.txt"
 
     @tool
     def get_time() -> str:
         """The current local date and time."""
-        return datetime.now().astimezone().strftime("%Y-%m-%d %H:%M")
+        return datetime.now(zone).strftime("%Y-%m-%d %H:%M")
 
     @tool
     def search_memory(query: str) -> str:
@@ -129,23 +134,32 @@ def demo_config(
     store: MemoryStore | None = None,
     **overrides: Any,
 ) -> LoopConfig:
-    """The demo LoopConfig over a data folder (and its store, opened here when not given)."""
+    """The demo LoopConfig over a data folder (and its store, opened here when not given).
+
+    The short compaction budget and the offline describer come only with the demo
+    model: a real one would lose what was said a dozen short turns ago, and be shown
+    a file's size instead of the picture."""
     data = Path(data)
     store = store or open_demo_store(data)
+    model = model or DemoChatModel()
+    timezone = overrides.pop("timezone", DEMO_TIMEZONE)
+    stand_ins: dict[str, Any] = (
+        {"max_context_tokens": DEMO_CONTEXT_TOKENS, "vision": describe_image}
+        if isinstance(model, DemoChatModel)
+        else {"max_context_tokens": "auto"}
+    )
     return LoopConfig(
-        model=model or DemoChatModel(),
+        model=model,
         personas=PERSONAS,
         default_persona="xilian",
-        tools=tuple(demo_tools(store, data)),
+        tools=tuple(demo_tools(store, data, ZoneInfo(timezone))),
         restricted_tools=frozenset({"get_time"}),
         capacity=DEMO_CAPACITY,
         memory=store,
         extractor=ManualExtractor(),
-        timezone="Asia/Shanghai",
-        max_context_tokens=DEMO_CONTEXT_TOKENS,
-        vision=describe_image,
+        timezone=timezone,
         on_turn_end=demo_mood,
         on_audit=JsonlSink(data / "audit.jsonl"),
         on_capacity=JsonlSink(data / "capacity.jsonl"),
-        **overrides,
+        **{**stand_ins, **overrides},
     )
