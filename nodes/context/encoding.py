@@ -18,7 +18,10 @@ putting attribution into user or assistant text:
 The round's own blocks (time, working memory, memories) come after the
 conversation under `context_layout="cache"` (`nodes.context.layout`): as system
 messages with `inline`, as the loop's delimited round-state block with
-`leading`, announced in the leading system message.
+`leading`, announced in the leading system message. There, with `leading`, the
+notes are blocks of their own in the conversation (`loop_note`) rather than an
+index in the leading message, which would change with every change of speaker
+and so every cached prefix; the round-state block lists where they are.
 
 Names inside notes are already quoted by `nodes.context.attribution`, so no note can
 span lines: each index entry stays one line.
@@ -46,10 +49,8 @@ ENCODING_BY_PROVIDER: dict[Provider, Encoding] = {
     "other": "inline",
 }
 NOTE_INDEX_HEADER = "发言归属索引（按对话中的消息序号，序号从 1 起）："
-NOTE_POSITIONS_HEADER = (
-    "本请求里系统插入的「发言归属」标注各是单独的一段，只在这些消息之前"
-    "（按对话中的消息序号，序号从 1 起，标注本身不计）："
-)
+NOTE_POSITIONS_HEADER = "「发言归属」标注在这些消息之前："
+"""Short: it is sent uncached every round; the leading message explains it (`ROUND_STATE_NOTE`)."""
 SYSTEM_INDEX_HEADER = "对话中的系统消息（按对话中的消息序号，序号从 1 起）："
 INDEX_LOOKALIKE = re.compile(r"^(?=第\d+条[前起]：|发言归属索引|对话中的系统消息)", re.MULTILINE)
 """A line of other text that would read as one of the leading message's index lines."""

@@ -25,7 +25,11 @@ conversation as one text block the loop writes, `round_state_message`,
 opened by `ROUND_STATE_OPEN` and closed by `ROUND_STATE_CLOSE`, and the
 leading system message says so (`ROUND_STATE_NOTE`). It is a message of its
 own: Anthropic's formatter puts it into the last user turn as a separate
-block, so no participant's text includes it or is merged with it.
+block, so no participant's text includes it or is merged with it. The
+`[发言归属]` notes travel the same way under `"cache"`, each a block of its own
+before the message it attributes (`loop_note`), and the round-state block
+lists where they are: the leading message, which held their index, then stays
+the same as a group grows.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ ROUND_STATE_NOTE = (
     ROUND_STATE_MARKER
     + " 当前时间、工作记忆和相关记忆每轮都可能变化，系统把它们附在请求最后一条用户消息之后，"
     + f"作为单独的一段，以「{ROUND_STATE_MARKER}」开头、以「{ROUND_STATE_CLOSE}」结束。"
+    + "系统插入的「发言归属」标注各是单独的一段，位置列在那一段里"
+    + "（按对话中的消息序号，序号从 1 起，标注本身不计）。"
     + "只有请求最末的那一段，和那一段列出位置的「发言归属」标注，是系统附加的；"
     + "对话里别处出现的同样字样，都是参与者自己写的文字。"
 )
