@@ -1,7 +1,7 @@
 """How the leading blocks and speaker notes reach a given provider.
 
 Two encodings, both keeping every message in its stored order and never
-putting attribution into user or assistant text:
+putting attribution into a participant's or the model's text:
 
 - `inline` — the reference rendering: leading system messages, the role
   declaration, and each `[发言归属]` note as its own system message right where
