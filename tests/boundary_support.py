@@ -26,6 +26,7 @@ from langchain_openai import ChatOpenAI
 
 from nodes.context.attribution import OWNER_NOTE_BODY, SPEAKER_SWITCH_MARKER
 from nodes.context.encoding import NOTE_INDEX_HEADER
+from nodes.context.layout import is_loop_note
 from tests.scripted import Request, ScriptedChatModel
 
 OWNER_NOTE = SPEAKER_SWITCH_MARKER + OWNER_NOTE_BODY
@@ -99,12 +100,14 @@ def rendered(provider: str, view: Sequence[BaseMessage]) -> dict[str, Any]:
 
 
 def notes_of(view: Sequence[BaseMessage]) -> list[str]:
-    """Every `[发言归属]` note the model is shown: system messages (inline encoding) or the
-    lines of the leading message's note index (leading encoding)."""
+    """Every `[发言归属]` note the model is shown: system messages (inline encoding), the
+    lines of the leading message's note index (leading encoding), or the loop's note blocks
+    in the conversation (leading encoding under `context_layout="cache"`)."""
     notes = [
         m.text
         for m in view
-        if isinstance(m, SystemMessage) and m.text.startswith(SPEAKER_SWITCH_MARKER)
+        if (isinstance(m, SystemMessage) and m.text.startswith(SPEAKER_SWITCH_MARKER))
+        or is_loop_note(m)
     ]
     head = view[0].text if view and isinstance(view[0], SystemMessage) else ""
     if NOTE_INDEX_HEADER in head:

@@ -23,6 +23,7 @@ from langgraph.types import Command
 from graph import SessionEnv, Trusted, build_graph, open_checkpointer
 from nodes.context.attribution import attribute_conversation
 from nodes.context.encoding import SYSTEM_INDEX_HEADER, encode_for_provider
+from nodes.context.layout import is_round_state
 from nodes.kernel.sanitize import UNNAMED_MEMBER, display_name, quoted
 from tests.boundary_support import (
     GIF,
@@ -66,7 +67,8 @@ def ordinary_turn_works(graph, model, name: str, context=GROUP) -> None:
     )
     assert out["messages"][-1].content == "好"
     assert len(model.requests) == calls + 1
-    assert model.requests[-1].messages[-1].text == "下一句"
+    sent = [m for m in model.requests[-1].messages if not is_round_state(m)]
+    assert sent[-1].text == "下一句"
 
 
 # -- finding 1: a blank display name passed as the owner -------------------------------

@@ -23,7 +23,7 @@ from graph import SessionEnv, Trusted, build_graph, open_checkpointer
 from memory import MemoryItem, MemoryStore, Scope
 from memory.embedding import HashingEmbedding
 from nodes.context.attribution import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER, UNRESTRICTED_TAIL
-from nodes.context.encoding import NOTE_INDEX_HEADER
+from nodes.context.encoding import NOTE_POSITIONS_HEADER
 from nodes.context.layout import (
     ROUND_STATE_CLOSE,
     ROUND_STATE_KEY,
@@ -123,16 +123,17 @@ def test_anthropic_system_is_stable_and_the_round_state_ends_the_last_user_turn(
             DECLARATION,
             SUMMARY,
             ROUND_STATE_NOTE,
-            f"{NOTE_INDEX_HEADER}\n第1条起：{SELF_NOTE}",
         ]
-    ), "only what stays the same: no time, working memory or memories"
+    ), "only what stays the same: no time, working memory, memories or notes"
+    assert payload["messages"][0] == {"role": "user", "content": SELF_NOTE}, "a block of its own"
     assert payload["messages"][-1] == {
         "role": "user",
         "content": [
             {"type": "text", "text": "乌龙茶还有吗", "cache_control": EPHEMERAL},
             {
                 "type": "text",
-                "text": f"{ROUND_STATE_OPEN}\n{TIME}\n\n{WORKING}\n\n{MEMORY}\n{ROUND_STATE_CLOSE}",
+                "text": f"{ROUND_STATE_OPEN}\n{TIME}\n\n{WORKING}\n\n{MEMORY}\n\n"
+                f"{NOTE_POSITIONS_HEADER}第1条\n{ROUND_STATE_CLOSE}",
             },
         ],
     }
@@ -150,7 +151,8 @@ def test_after_a_tool_round_the_breakpoint_is_on_the_result_before_the_round_sta
     last = rendered("anthropic", view)["messages"][-1]["content"]
     assert [block["type"] for block in last] == ["tool_result", "text"]
     assert last[0]["cache_control"] == EPHEMERAL and "cache_control" not in last[1]
-    assert last[1]["text"] == f"{ROUND_STATE_OPEN}\n{TIME}\n{ROUND_STATE_CLOSE}"
+    positions = f"{NOTE_POSITIONS_HEADER}第2条"  # the reply's note, after "几点了"
+    assert last[1]["text"] == f"{ROUND_STATE_OPEN}\n{TIME}\n\n{positions}\n{ROUND_STATE_CLOSE}"
     assert payload_problems("anthropic", view) == []
 
 
@@ -238,22 +240,21 @@ def test_a_participant_imitating_the_delimiters_gets_its_own_block_untouched(sto
             graph.invoke(turn, thread("h"), context=env)
         stored = graph.get_state(thread("h")).values["messages"]
     first, second = (rendered("anthropic", r.messages) for r in model.requests)
-    hostile_turn = first["messages"][-1]["content"]
-    assert hostile_turn[0]["text"] == HOSTILE, "the participant's block is exactly what was sent"
-    assert not any(block in hostile_turn[0]["text"] for block in (TIME, WORKING, MEMORY))
+    *note, hostile, state = text_blocks(first["messages"][-1])  # in a group: 小明's note first
+    assert hostile == HOSTILE, "the participant's block is exactly what was sent"
+    assert not any(block in hostile for block in (TIME, WORKING, MEMORY))
     memory = ("群聊隔离：" if env.restricted else "") + MEMORY
-    assert len(hostile_turn) == 2 and hostile_turn[1]["text"] == (
-        f"{ROUND_STATE_OPEN}\n{TIME}\n\n{WORKING}\n\n{memory}\n{ROUND_STATE_CLOSE}"
+    positions = f"\n\n{NOTE_POSITIONS_HEADER}第1条" if note else ""
+    assert len(note) == env.restricted and state == (
+        f"{ROUND_STATE_OPEN}\n{TIME}\n\n{WORKING}\n\n{memory}{positions}\n{ROUND_STATE_CLOSE}"
     )
     assert [m.text for m in stored if isinstance(m, HumanMessage)] == [HOSTILE, "还在吗"]
     assert not any(ROUND_STATE_KEY in m.additional_kwargs for m in stored), "never stored"
     # The next request carries only its own round state; the hostile text is still one block.
     assert len(round_states(second)) == 1 and round_states(second)[0].endswith(ROUND_STATE_CLOSE)
     assert second["messages"][-1]["content"][-1]["text"] == round_states(second)[0]
-    carrying = [
-        text_blocks(m) for m in second["messages"] if any(HOSTILE in t for t in text_blocks(m))
-    ]
-    assert carrying == [[HOSTILE]], "still one block of its own, with nothing merged into it"
+    carrying = [t for m in second["messages"] for t in text_blocks(m) if HOSTILE in t]
+    assert carrying == [HOSTILE], "still one block of its own, with nothing merged into it"
 
 
 def test_for_openai_the_moved_blocks_are_system_messages_never_user_text(store):

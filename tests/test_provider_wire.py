@@ -207,7 +207,6 @@ def test_a_history_imported_twice_keeps_answering_on_anthropic(emulator):
     assert refused(emulator) == [] and traffic_problems(emulator.requests) == {}
 
 
-@xfail(3, "the note index in the leading system message grows per group message: 0 cache reads")
 def test_anthropic_cache_layout_reads_the_cache_in_a_group_chat(tmp_path):
     assert measure("anthropic", "cache", GROUP, tmp_path, budget=0).share >= 0.8
 

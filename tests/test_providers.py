@@ -17,7 +17,13 @@ from langchain_openai import ChatOpenAI
 
 from graph import Persona, SessionEnv, build_graph, open_checkpointer
 from nodes.context.attribution import SPEAKER_SWITCH_MARKER
-from nodes.context.encoding import NOTE_INDEX_HEADER
+from nodes.context.encoding import NOTE_INDEX_HEADER, NOTE_POSITIONS_HEADER
+from nodes.context.layout import (
+    ROUND_STATE_CLOSE,
+    ROUND_STATE_OPEN,
+    is_loop_note,
+    is_round_state,
+)
 from tests.conftest import human, make_config, thread
 from tests.scripted import ScriptedChatModel, call, tool_calls
 
@@ -57,7 +63,12 @@ STORED_ORDER = [
 
 
 def conversation_only(view) -> list:
-    return [(m.type, m.text) for m in view if not isinstance(m, SystemMessage)]
+    """The participants' messages: no system text, no note or round state the loop wrote."""
+    return [
+        (m.type, m.text)
+        for m in view
+        if not isinstance(m, SystemMessage) and not is_loop_note(m) and not is_round_state(m)
+    ]
 
 
 # Without a time block, working memory or memories, both layouts send the same order; under
@@ -98,18 +109,35 @@ def test_anthropic_gets_one_system_prompt_and_the_stored_order(layout):
         payload["system"] if isinstance(payload["system"], str) else payload["system"][0]["text"]
     )
     assert system.startswith("你是昔涟。")
-    assert system.endswith(
-        NOTE_INDEX_HEADER + "\n"
-        f"第1条起：{SPEAKER_SWITCH_MARKER}{THIRD}\n"
-        f"第2条起：{SPEAKER_SWITCH_MARKER}{SELF}\n"
-        f"第3条起：{SPEAKER_SWITCH_MARKER}{OWNER}\n"
-        f"第4条起：{SPEAKER_SWITCH_MARKER}{SELF}"
-    )
     roles = [m["role"] for m in payload["messages"]]
     assert roles == ["user", "assistant", "user", "assistant", "user"]
     text = json.dumps(payload["messages"], ensure_ascii=False)
-    assert SPEAKER_SWITCH_MARKER not in text, "attribution never enters user or assistant text"
     assert text.index("hi") < text.index("大家好") < text.index("几点了") < text.index("08:30")
+    notes = [THIRD, SELF, OWNER, SELF]
+    if layout == "round_first":
+        assert system.endswith(
+            NOTE_INDEX_HEADER
+            + "".join(
+                f"\n第{n}条起：{SPEAKER_SWITCH_MARKER}{note}" for n, note in enumerate(notes, 1)
+            )
+        )
+        assert SPEAKER_SWITCH_MARKER not in text, "attribution never enters user or assistant text"
+        return
+    # Under "cache" each note is a block of its own before its message, so the system prompt
+    # stays the same as the group grows; the round state (last) says where they are.
+    contents = [m["content"] for m in payload["messages"]]
+    blocks = [
+        b if isinstance(b, str) else b["text"]
+        for content in contents
+        for b in ([content] if isinstance(content, str) else content)
+        if isinstance(b, str) or b["type"] == "text"
+    ]
+    assert blocks == [
+        *(SPEAKER_SWITCH_MARKER + THIRD, "hi", SPEAKER_SWITCH_MARKER + SELF, "大家好"),
+        *(SPEAKER_SWITCH_MARKER + OWNER, "几点了", SPEAKER_SWITCH_MARKER + SELF),
+        f"{ROUND_STATE_OPEN}\n{NOTE_POSITIONS_HEADER}第1、2、3、4条\n{ROUND_STATE_CLOSE}",
+    ]
+    assert NOTE_INDEX_HEADER not in system
 
 
 @LAYOUTS

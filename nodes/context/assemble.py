@@ -125,6 +125,7 @@ def assemble_view(
         placed.leading,
         placed.attribution,
         trailing=placed.trailing,
+        notes_inline=placed.notes_inline,
     )
     if loop.provider_for(persona_id) == "openai":
         view = without_unsafe_names(view)

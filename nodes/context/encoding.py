@@ -1,7 +1,7 @@
 """How the leading blocks and speaker notes reach a given provider.
 
 Two encodings, both keeping every message in its stored order and never
-putting attribution into user or assistant text:
+putting attribution into a participant's or the model's text:
 
 - `inline` — the reference rendering: leading system messages, the role
   declaration, and each `[发言归属]` note as its own system message right where
@@ -18,7 +18,10 @@ putting attribution into user or assistant text:
 The round's own blocks (time, working memory, memories) come after the
 conversation under `context_layout="cache"` (`nodes.context.layout`): as system
 messages with `inline`, as the loop's delimited round-state block with
-`leading`, announced in the leading system message.
+`leading`, announced in the leading system message. There, with `leading`, the
+notes are blocks of their own in the conversation (`loop_note`) rather than an
+index in the leading message, which would change with every change of speaker
+and so every cached prefix; the round-state block lists where they are.
 
 Names inside notes are already quoted by `nodes.context.attribution`, so no note can
 span lines: each index entry stays one line.
@@ -33,7 +36,7 @@ from typing import Literal
 from langchain_core.messages import BaseMessage, SystemMessage
 
 from nodes.context.attribution import Attribution
-from nodes.context.layout import ROUND_STATE_NOTE, round_state_message
+from nodes.context.layout import ROUND_STATE_NOTE, loop_note, round_state_message
 from nodes.kernel.messages import message_text
 from nodes.kernel.providers import Provider
 
@@ -46,6 +49,8 @@ ENCODING_BY_PROVIDER: dict[Provider, Encoding] = {
     "other": "inline",
 }
 NOTE_INDEX_HEADER = "发言归属索引（按对话中的消息序号，序号从 1 起）："
+NOTE_POSITIONS_HEADER = "「发言归属」标注在这些消息之前："
+"""Short: it is sent uncached every round; the leading message explains it (`ROUND_STATE_NOTE`)."""
 SYSTEM_INDEX_HEADER = "对话中的系统消息（按对话中的消息序号，序号从 1 起）："
 INDEX_LOOKALIKE = re.compile(r"^(?=第\d+条[前起]：|发言归属索引|对话中的系统消息)", re.MULTILINE)
 """A line of other text that would read as one of the leading message's index lines."""
@@ -69,9 +74,12 @@ def encode_for_provider(
     attribution: Attribution,
     *,
     trailing: Sequence[str] = (),
+    notes_inline: bool = False,
 ) -> list[BaseMessage]:
     """Join leading blocks, the attributed conversation and the `trailing` blocks in the
-    given encoding."""
+    given encoding (`leading` with `notes_inline`: each note a block of its own where the
+    speaker changes, and the round-state block lists where they are, so the leading message
+    stays the same as a group grows and the notes are part of the cached conversation)."""
     if encoding == "inline":
         declaration = [SystemMessage(attribution.declaration)] if attribution.declaration else []
         after = [SystemMessage(text) for text in trailing]
@@ -79,22 +87,31 @@ def encode_for_provider(
     texts = [str(m.content) for m in leading]
     if attribution.declaration:
         texts.append(attribution.declaration)
-    if trailing:
-        texts.append(ROUND_STATE_NOTE)
     conversation: list[BaseMessage] = []
+    numbered = 0  # the conversation's messages so far, the loop's notes not counted
     index_lines: list[str] = []
+    note_numbers: list[str] = []
     system_lines: list[str] = []
     for position, message in enumerate(attribution.conversation):
-        if position in attribution.notes:
-            index_lines.append(f"第{len(conversation) + 1}条起：{attribution.notes[position]}")
+        if position in attribution.notes and notes_inline:
+            note_numbers.append(str(numbered + 1))
+            conversation.append(loop_note(attribution.notes[position]))
+        elif position in attribution.notes:
+            index_lines.append(f"第{numbered + 1}条起：{attribution.notes[position]}")
         elif isinstance(message, SystemMessage):
-            system_lines.append(f"第{len(conversation) + 1}条前：{message_text(message)}")
+            system_lines.append(f"第{numbered + 1}条前：{message_text(message)}")
         else:
+            numbered += 1
             conversation.append(message)
+    round_state = list(trailing)
+    if note_numbers:
+        round_state.append(NOTE_POSITIONS_HEADER + "第" + "、".join(note_numbers) + "条")
+    if round_state:
+        texts.append(ROUND_STATE_NOTE)
     if index_lines:
         texts.append(NOTE_INDEX_HEADER + "\n" + "\n".join(index_lines))
     if system_lines:
         texts.append(SYSTEM_INDEX_HEADER + "\n" + "\n".join(system_lines))
     head = [SystemMessage("\n\n".join(texts))] if texts else []
-    tail = [round_state_message(trailing)] if trailing else []
+    tail = [round_state_message(round_state)] if round_state else []
     return [*head, *conversation, *tail]

@@ -9,7 +9,7 @@ model this policy marks two blocks:
 
 1. the leading system message (Anthropic's order is tools, system, messages,
    so this caches the tools with it): instructions, role declaration,
-   summary, note index;
+   summary (the notes are in the conversation: `nodes.context.encoding`);
 2. the last block before the round's own blocks: the conversation so far.
    The next request repeats everything up to it and adds the reply, the next
    message and its own round state, so it finds this entry.
