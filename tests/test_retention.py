@@ -148,7 +148,9 @@ def test_an_interrupted_turn_resumes_after_pruning(url):
         assert checkpoints(saver, session) == 1
         crashing[0] = False
         out = graph.invoke(None, thread(session))
-    assert runs == ["quick", "fragile", "fragile"], "the finished call's saved result is kept"
+    # The batch's two calls run at once, so which one starts first is the scheduler's choice.
+    assert runs.count("quick") == 1, "the finished call's saved result is kept"
+    assert runs.count("fragile") == 2 and runs[-1] == "fragile", "only the crashed call runs again"
     assert said(out["messages"])[-5:] == [
         ("human", "第3句：几点了？", None),
         ("ai", "", None),
