@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -10,25 +10,26 @@ from nodes.middleware.hooks import overrides
 
 if TYPE_CHECKING:
     from langchain.agents.middleware import AgentMiddleware
-    from langgraph.prebuilt.tool_node import ToolCallRequest
 
-Execute = Callable[["ToolCallRequest"], Any]
-AExecute = Callable[["ToolCallRequest"], Awaitable[Any]]
-
-
-def wrapped_execute(middleware: Sequence[AgentMiddleware], execute: Execute) -> Execute:
-    """`execute` inside each middleware's `wrap_tool_call`."""
-    for each in reversed([m for m in middleware if overrides(m, "wrap_tool_call")]):
-        execute = partial(each.wrap_tool_call, handler=execute)
-    return execute
+Wrap = Callable[..., Any]
+"""A middleware's `wrap_tool_call` or `awrap_tool_call`: `(request, handler)`."""
 
 
-def awrapped_execute(middleware: Sequence[AgentMiddleware], execute: AExecute) -> AExecute:
-    """`execute` inside each middleware's `awrap_tool_call` (one with only the sync form
-    fails its calls as LangChain's own agent does: no async form to run)."""
-    wrapping = [
-        m for m in middleware if overrides(m, "awrap_tool_call") or overrides(m, "wrap_tool_call")
+def tool_wrappers(middleware: Sequence[AgentMiddleware]) -> tuple[list[Wrap], list[Wrap]]:
+    """The `wrap_tool_call`s and the `awrap_tool_call`s that wrap each call, first outermost,
+    chosen once when the node is built. A middleware with only the sync form is in the async
+    list too: its call fails there as in LangChain's own agent (no async form to run)."""
+    sync = [m.wrap_tool_call for m in middleware if overrides(m, "wrap_tool_call")]
+    asynchronous = [
+        m.awrap_tool_call
+        for m in middleware
+        if overrides(m, "awrap_tool_call") or overrides(m, "wrap_tool_call")
     ]
-    for each in reversed(wrapping):
-        execute = partial(each.awrap_tool_call, handler=execute)
+    return sync, asynchronous
+
+
+def around(wrappers: Sequence[Wrap], execute: Callable[..., Any]) -> Callable[..., Any]:
+    """`execute` inside `wrappers`, the first outermost."""
+    for wrap in reversed(wrappers):
+        execute = partial(wrap, handler=execute)
     return execute

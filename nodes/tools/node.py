@@ -28,7 +28,7 @@ from nodes.core.env import SessionEnv, env_of
 from nodes.core.loop import Loop
 from nodes.kernel.steps import off_loop
 from nodes.kernel.tool_results import denied_in_restricted, vetoed_result
-from nodes.middleware.tools import awrapped_execute, wrapped_execute
+from nodes.middleware.tools import around, tool_wrappers
 from nodes.tools.hooks import AuditEvent, run_hook
 
 ToolOutcome = ToolMessage | Command
@@ -106,7 +106,7 @@ def failed_call(request: ToolCallRequest, error: Exception) -> ToolMessage:
 def make_dispatch_tools(loop: Loop) -> ToolNode:
     """A `ToolNode` named `dispatch_tools` whose every call passes the loop's policy."""
 
-    middleware = loop.config.middleware
+    wraps, awraps = tool_wrappers(loop.config.middleware)
 
     def guarded(request: ToolCallRequest, execute: Callable[[ToolCallRequest], ToolOutcome]):
         if (refused := refusal(loop, request)) is not None:
@@ -117,7 +117,7 @@ def make_dispatch_tools(loop: Loop) -> ToolNode:
             return restricted_refusal(loop, handed) or execute(handed)
 
         try:
-            result = wrapped_execute(middleware, checked)(request)
+            result = around(wraps, checked)(request)
         except GraphBubbleUp:
             raise
         except Exception as error:
@@ -142,7 +142,7 @@ def make_dispatch_tools(loop: Loop) -> ToolNode:
             return denied or await execute(handed)
 
         try:
-            result = await awrapped_execute(middleware, achecked)(request)
+            result = await around(awraps, achecked)(request)
         except GraphBubbleUp:
             raise
         except Exception as error:
