@@ -86,8 +86,15 @@ def forced_call(function: dict[str, Any], messages: Sequence[BaseMessage]) -> AI
         key: spec.get("default", made.get(spec.get("type", "string")))
         for key, spec in properties.items()
     }
+    return demo_call(function["name"], args)
+
+
+def demo_call(name: str, args: dict[str, Any]) -> AIMessage:
+    """A reply that calls `name` with `args`, under a fresh id."""
     call_id = f"demo-{uuid.uuid4().hex[:12]}"
-    return AIMessage("", tool_calls=[{"name": function["name"], "args": args, "id": call_id}])
+    return AIMessage(
+        "", tool_calls=[{"name": name, "args": args, "id": call_id, "type": "tool_call"}]
+    )
 
 
 def persona_name(messages: Sequence[BaseMessage]) -> str:
@@ -127,10 +134,7 @@ def reply(messages: Sequence[BaseMessage], tools: Collection[str]) -> AIMessage:
                 if tool == "take_note"
                 else {}
             )
-            call_id = f"demo-{uuid.uuid4().hex[:12]}"
-            return AIMessage(
-                "", tool_calls=[{"name": tool, "args": args, "id": call_id, "type": "tool_call"}]
-            )
+            return demo_call(tool, args)
     if "谁说" in text or "who said" in text.lower():
         return AIMessage(voice + who_said(messages, text))
     if m := re.search(r"(?:记住|remember)\s*[:：,，]?\s*(.+)", text, re.IGNORECASE):
