@@ -1,7 +1,8 @@
 """Cyrene's agent loop as a LangGraph graph: the public API.
 
 Every name is imported on first use (`nodes.kernel.lazy`), so a reader of one
-submodule (`cyrene history`) does not load the whole loop.
+submodule (`cyrene history`) does not load the whole loop. A feature's settings
+(`GroupPresence`, `Compaction`, …) are entries of `LoopConfig(features=[...])`.
 """
 
 from typing import TYPE_CHECKING
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from graph.sessions import SessionBusyError as SessionBusyError
     from graph.sessions import SessionReentryError as SessionReentryError
     from graph.sessions import SessionWaitTimeout as SessionWaitTimeout
+    from graph.sessions.settings import Sessions as Sessions
     from graph.shutdown import GracefulStop as GracefulStop
     from graph.shutdown import StopRequested as StopRequested
     from graph.shutdown import arun_turn as arun_turn
@@ -26,17 +28,20 @@ if TYPE_CHECKING:
     from nodes.capacity.policy import CapacityEvent as CapacityEvent
     from nodes.capacity.policy import CapacityPolicy as CapacityPolicy
     from nodes.capacity.policy import Tier as Tier
+    from nodes.compaction.settings import Compaction as Compaction
+    from nodes.compaction.settings import Compactor as Compactor
+    from nodes.compaction.summary import LLMCompactor as LLMCompactor
+    from nodes.compaction.summary import StructuralCompactor as StructuralCompactor
+    from nodes.context.settings import ModelView as ModelView
     from nodes.context.speaker_attribution import SpeakerAttribution as SpeakerAttribution
     from nodes.core.config import LoopConfig as LoopConfig
     from nodes.core.config import Persona as Persona
     from nodes.core.env import SessionEnv as SessionEnv
+    from nodes.core.feature import Feature as Feature
     from nodes.core.policy import ModelCall as ModelCall
     from nodes.core.policy import Reply as Reply
     from nodes.core.policy import Round as Round
     from nodes.core.policy import RoundPolicy as RoundPolicy
-    from nodes.core.protocols import Hearing as Hearing
-    from nodes.core.protocols import ReplyJudge as ReplyJudge
-    from nodes.core.protocols import ReplyVerdict as ReplyVerdict
     from nodes.core.state import LoopState as LoopState
     from nodes.core.state import TurnInput as TurnInput
     from nodes.extraction.background import JobStats as JobStats
@@ -46,12 +51,24 @@ if TYPE_CHECKING:
     from nodes.extraction.extractors import ManualExtractor as ManualExtractor
     from nodes.extraction.ledger import ExtractionLedger as ExtractionLedger
     from nodes.extraction.ledger import ProvidesExtractionLedger as ProvidesExtractionLedger
-    from nodes.guards.policy import Guard as Guard
-    from nodes.guards.policy import KeywordGuard as KeywordGuard
+    from nodes.extraction.settings import Extraction as Extraction
+    from nodes.fallbacks.settings import Fallbacks as Fallbacks
+    from nodes.guards.checks import Guard as Guard
+    from nodes.guards.checks import KeywordGuard as KeywordGuard
+    from nodes.guards.settings import Guards as Guards
+    from nodes.presence.hearing import Hearing as Hearing
+    from nodes.presence.hearing import ReplyJudge as ReplyJudge
+    from nodes.presence.hearing import ReplyVerdict as ReplyVerdict
     from nodes.presence.judges import LLMReplyJudge as LLMReplyJudge
     from nodes.presence.judges import ReplyScorer as ReplyScorer
+    from nodes.presence.settings import GroupPresence as GroupPresence
+    from nodes.thinking.settings import Thinking as Thinking
     from nodes.tools.hooks import AuditEvent as AuditEvent
     from nodes.tools.hooks import ToolHooks as ToolHooks
+    from nodes.tools.settings import ToolCalls as ToolCalls
+    from nodes.turn_end.settings import TurnEnd as TurnEnd
+    from nodes.vision.settings import ImageDescriber as ImageDescriber
+    from nodes.vision.settings import Vision as Vision
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
@@ -59,37 +76,53 @@ __getattr__, __dir__ = lazy_exports(
         "AuditEvent": "nodes.tools.hooks",
         "CapacityEvent": "nodes.capacity.policy",
         "CapacityPolicy": "nodes.capacity.policy",
-        "GracefulStop": "graph.shutdown",
-        "Guard": "nodes.guards.policy",
-        "Hearing": "nodes.core.protocols",
-        "JobStats": "nodes.extraction.background",
-        "LLMExtractor": "nodes.extraction.extractors",
-        "ManualExtractor": "nodes.extraction.extractors",
+        "Compaction": "nodes.compaction.settings",
+        "Compactor": "nodes.compaction.settings",
+        "Extraction": "nodes.extraction.settings",
         "ExtractionLedger": "nodes.extraction.ledger",
-        "ProvidesExtractionLedger": "nodes.extraction.ledger",
-        "KeywordGuard": "nodes.guards.policy",
+        "Fallbacks": "nodes.fallbacks.settings",
+        "Feature": "nodes.core.feature",
+        "GracefulStop": "graph.shutdown",
+        "GroupPresence": "nodes.presence.settings",
+        "Guard": "nodes.guards.checks",
+        "Guards": "nodes.guards.settings",
+        "Hearing": "nodes.presence.hearing",
+        "ImageDescriber": "nodes.vision.settings",
+        "JobStats": "nodes.extraction.background",
+        "KeywordGuard": "nodes.guards.checks",
+        "LLMCompactor": "nodes.compaction.summary",
+        "LLMExtractor": "nodes.extraction.extractors",
         "LLMReplyJudge": "nodes.presence.judges",
         "LoopConfig": "nodes.core.config",
         "LoopState": "nodes.core.state",
+        "ManualExtractor": "nodes.extraction.extractors",
         "ModelCall": "nodes.core.policy",
+        "ModelView": "nodes.context.settings",
         "Persona": "nodes.core.config",
+        "ProvidesExtractionLedger": "nodes.extraction.ledger",
         "PruneReport": "graph.storage.retention",
         "Reply": "nodes.core.policy",
-        "ReplyJudge": "nodes.core.protocols",
+        "ReplyJudge": "nodes.presence.hearing",
         "ReplyScorer": "nodes.presence.judges",
-        "ReplyVerdict": "nodes.core.protocols",
+        "ReplyVerdict": "nodes.presence.hearing",
         "Round": "nodes.core.policy",
-        "SpeakerAttribution": "nodes.context.speaker_attribution",
         "RoundPolicy": "nodes.core.policy",
         "SessionBusyError": "graph.sessions",
         "SessionEnv": "nodes.core.env",
         "SessionReentryError": "graph.sessions",
         "SessionWaitTimeout": "graph.sessions",
+        "Sessions": "graph.sessions.settings",
+        "SpeakerAttribution": "nodes.context.speaker_attribution",
         "StopRequested": "graph.shutdown",
+        "StructuralCompactor": "nodes.compaction.summary",
+        "Thinking": "nodes.thinking.settings",
         "Tier": "nodes.capacity.policy",
+        "ToolCalls": "nodes.tools.settings",
         "ToolHooks": "nodes.tools.hooks",
         "Trusted": "nodes.boundary.admission",
+        "TurnEnd": "nodes.turn_end.settings",
         "TurnInput": "nodes.core.state",
+        "Vision": "nodes.vision.settings",
         "aresume_extractions": "graph.extractions",
         "arun_turn": "graph.shutdown",
         "build_graph": "graph.builder",
@@ -105,18 +138,28 @@ __all__ = [
     "AuditEvent",
     "CapacityEvent",
     "CapacityPolicy",
+    "Compaction",
+    "Compactor",
+    "Extraction",
     "ExtractionLedger",
+    "Fallbacks",
+    "Feature",
     "GracefulStop",
+    "GroupPresence",
     "Guard",
+    "Guards",
     "Hearing",
+    "ImageDescriber",
     "JobStats",
     "KeywordGuard",
+    "LLMCompactor",
     "LLMExtractor",
     "LLMReplyJudge",
     "LoopConfig",
     "LoopState",
     "ManualExtractor",
     "ModelCall",
+    "ModelView",
     "Persona",
     "ProvidesExtractionLedger",
     "PruneReport",
@@ -130,12 +173,18 @@ __all__ = [
     "SessionEnv",
     "SessionReentryError",
     "SessionWaitTimeout",
+    "Sessions",
     "SpeakerAttribution",
     "StopRequested",
+    "StructuralCompactor",
+    "Thinking",
     "Tier",
+    "ToolCalls",
     "ToolHooks",
     "Trusted",
+    "TurnEnd",
     "TurnInput",
+    "Vision",
     "aresume_extractions",
     "arun_turn",
     "build_graph",

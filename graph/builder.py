@@ -10,21 +10,20 @@ START → resolve_vision → compact → assemble_context → call_model
 
 `call_model` retries transient provider errors (its `RetryPolicy`).
 
-With `LoopConfig.group_reply` other than "always", a group turn starts at
+With `GroupPresence(reply=...)` other than "always", a group turn starts at
 `call_model`, whose first policy decides whether to answer
 (`nodes.presence.policy`): a quiet turn ends there (no reply, so no turn-end
 hook either: a quiet message costs a fraction of an answered turn), an answered
 one goes back to the turn's first stage and then to the model.
 
 Stages with nothing to do (no vision describer, no token budget, no extractor,
-no turn-end hook) are routed around at build time, and so is `assemble_context`
-unless `LoopConfig.model_view_step` asks to watch each round's view: `call_model`
-then assembles the view itself, one checkpoint per round fewer.
+no turn-end hook) are routed around at build time (`nodes.loop.stages`), and so is
+`assemble_context` unless `ModelView(own_step=True)` asks to watch each round's view:
+`call_model` then assembles the view itself, one checkpoint per round fewer.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from langchain_core.messages import ToolCall
@@ -35,33 +34,37 @@ from langgraph.store.base import BaseStore
 from langgraph.types import Send
 
 from graph.runs import CyreneGraph
+from graph.sessions.settings import Sessions
 from graph.storage.archive import archive_for
 from nodes.compaction.node import make_compact
 from nodes.context.node import make_assemble_context
 from nodes.core.config import LoopConfig
 from nodes.core.env import SessionEnv, env_of
 from nodes.core.loop import Loop
+from nodes.core.stages import (
+    ASSEMBLE,
+    CALL,
+    COMPACT,
+    DISPATCH,
+    EXTRACT,
+    FINISH,
+    VISION,
+    Stages,
+)
 from nodes.core.state import LoopState, RunInput
 from nodes.extraction.node import make_extract_memory
 from nodes.kernel.compat import RunnableCallable, reclass_compiled
 from nodes.kernel.transcript import needs_another_round, pending_tool_calls
 from nodes.loop.model_call import make_call_model
-from nodes.middleware.state import state_with
+from nodes.loop.stages import stages_of
+from nodes.loop.state import session_state
 from nodes.presence.policy import after_decision
+from nodes.presence.settings import PresenceState
 from nodes.tools.node import make_dispatch_tools
+from nodes.tools.settings import ToolCalls
 from nodes.turn_end.node import make_finish_turn
 from nodes.vision.node import make_resolve_vision
-
-VISION, COMPACT, ASSEMBLE, CALL, DISPATCH, EXTRACT, FINISH = (
-    "resolve_vision",
-    "compact",
-    "assemble_context",
-    "call_model",
-    "dispatch_tools",
-    "extract_memory",
-    "finish_turn",
-)
-LOOP_NODES = (VISION, COMPACT, ASSEMBLE, CALL, DISPATCH, EXTRACT, FINISH)
+from nodes.vision.settings import Vision
 
 
 def inline(router: Any) -> RunnableCallable:
@@ -83,7 +86,7 @@ def route_after_model(
     max_rounds: int,
     answer_at: str | None = None,
 ):
-    def route_after_model(state: LoopState) -> list[Send] | str:
+    def route_after_model(state: PresenceState) -> list[Send] | str:
         """Run the requested tool calls; after calls the loop answered itself (cut off,
         unparseable), let the model issue them again; after a group turn's decision, its
         stages or its end; otherwise end the turn."""
@@ -134,42 +137,12 @@ def route_after_tools(next_stage: str):
     return inline(route_after_tools)
 
 
-@dataclass(frozen=True)
-class Stages:
-    """Where each part of a turn goes, given the stages a config switches on. Stages that are
-    off are skipped rather than run as no-ops: every superstep costs a checkpoint write."""
-
-    view: str
-    """Where a round's view is made: `assemble_context` as a step, or inside `call_model`."""
-    round_start: str
-    turn_start: str
-    after_extract: str
-    after_reply: str
-    presence: bool
-    """Group turns are decided at `call_model` before anything else runs."""
-
-    @classmethod
-    def of(cls, config: LoopConfig) -> Stages:
-        view = ASSEMBLE if config.model_view_step else CALL
-        compacting = config.max_context_tokens != 0 and config.model_view_step
-        round_start = COMPACT if compacting else view
-        after_extract = FINISH if config.on_turn_end is not None else END
-        extracting = config.extractor is not None and config.memory is not None
-        return cls(
-            view=view,
-            round_start=round_start,
-            turn_start=VISION if config.vision is not None else round_start,
-            after_extract=after_extract,
-            after_reply=EXTRACT if extracting else after_extract,
-            presence=config.group_reply != "always",
-        )
-
-
 def add_edges(
     graph: StateGraph[Any, SessionEnv, Any, Any], config: LoopConfig, stages: Stages
 ) -> None:
     """Wire the seven nodes as the README's graph draws them; every node stays in the drawing."""
-    sequential = config.tool_execution == "sequential"
+    tools = config.feature(ToolCalls)
+    sequential = tools.sequential
     round_starts = [COMPACT, ASSEMBLE, CALL]
     start_route = (
         group_turn_start(stages.turn_start) if stages.presence else fixed_route(stages.turn_start)
@@ -182,7 +155,7 @@ def add_edges(
     graph.add_conditional_edges(
         CALL,
         route_after_model(
-            sequential, stages.after_reply, stages.round_start, config.max_rounds, answer_at
+            sequential, stages.after_reply, stages.round_start, tools.max_rounds, answer_at
         ),
         [DISPATCH, *([VISION] if stages.presence else []), *round_starts, EXTRACT, FINISH, END],
     )
@@ -231,29 +204,30 @@ def build_graph(
         ...                  {"configurable": {"thread_id": "s1"}},
         ...                  context=SessionEnv(actor="owner"))
     """
-    loop = Loop.from_config(config, archives=archive_for)
+    loop, stages = Loop.from_config(config, archives=archive_for), stages_of(config)
     graph: StateGraph[Any, SessionEnv, Any, Any] = StateGraph(
-        state_with(LoopState, config.middleware), context_schema=SessionEnv, input_schema=RunInput
+        session_state(config.middleware), context_schema=SessionEnv, input_schema=RunInput
     )
     graph.add_node(VISION, make_resolve_vision(loop))
     graph.add_node(COMPACT, make_compact(loop))
     graph.add_node(ASSEMBLE, make_assemble_context(loop))
-    graph.add_node(CALL, make_call_model(loop), retry_policy=config.retry)
+    graph.add_node(CALL, make_call_model(loop, stages), retry_policy=config.retry)
     graph.add_node(DISPATCH, make_dispatch_tools(loop))
     graph.add_node(EXTRACT, make_extract_memory(loop))
     graph.add_node(FINISH, make_finish_turn(loop))
-    add_edges(graph, config, Stages.of(config))
+    add_edges(graph, config, stages)
     compiled = graph.compile(checkpointer=checkpointer, store=store, name=name)
     # Tool calls of one batch run as parallel tasks of one superstep; this caps
     # them; the subclass checks input and picks durability (see CyreneGraph).
+    sessions = config.feature(Sessions)
     return reclass_compiled(
         compiled,
         CyreneGraph,
         default_durability=config.durability,
-        busy_policy=config.busy_policy,
-        busy_timeout=config.busy_timeout,
-        max_image_bytes=config.max_image_bytes,
+        busy_policy=sessions.busy_policy,
+        busy_timeout=sessions.busy_timeout,
+        max_image_bytes=config.feature(Vision).max_image_bytes,
         trace_facts=loop.trace_facts,
         records_turns=config.extractor is not None and config.memory is not None,
         persona_of=loop.persona_for,
-    ).with_config(max_concurrency=config.tool_parallelism)
+    ).with_config(max_concurrency=config.feature(ToolCalls).parallelism)

@@ -27,12 +27,13 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
-from graph.builder import EXTRACT, build_graph
+from graph.builder import build_graph
 from nodes.core.config import LoopConfig
 from nodes.core.loop import Loop
-from nodes.core.state import PendingExtraction
+from nodes.core.stages import EXTRACT
 from nodes.extraction.background import unfinished
-from nodes.extraction.node import PENDING, extract_waiting, resubmit
+from nodes.extraction.node import background_jobs, extract_waiting, resubmit
+from nodes.extraction.settings import PENDING, PendingExtraction
 from nodes.kernel.compat import waits_at
 from nodes.kernel.run_config import configurable, thread_id
 
@@ -64,7 +65,8 @@ def _open_work(
     """The listed extractions this process does not have in hand and the ledger does not
     call finished."""
     keys = [e["key"] for entries in listed.values() for e in entries]
-    still = unfinished(loop.config.memory, [k for k in keys if not loop.jobs.known(k)])
+    jobs = background_jobs(loop)
+    still = unfinished(loop.config.memory, [k for k in keys if not jobs.known(k)])
     open_work = {t: [e for e in entries if e["key"] in still] for t, entries in listed.items()}
     return {t: entries for t, entries in open_work.items() if entries}
 

@@ -5,7 +5,7 @@ resume with nothing to resume, is a plain `ValueError`), runs as what its
 thread and turn were opened as (`nodes.core.env.bound_env`: a resume of a group
 turn is that group's, whatever context it brings), holds its session's
 lock for the length of the turn (`graph.sessions`: one turn at a time per
-thread, and `LoopConfig.busy_policy` for a message that arrives mid-turn),
+thread, and `Sessions.busy_policy` for a message that arrives mid-turn),
 runs with `LoopConfig.durability` unless told otherwise, and tells background
 work while a turn is in flight. Everything else is LangGraph's.
 """
@@ -47,9 +47,9 @@ from graph.sessions.gate import (
     with_ids,
 )
 from graph.sessions.inbox import Answered, Claim
+from graph.sessions.settings import BusyPolicy
 from graph.storage.archive import archive_for, whole_transcript
 from nodes.boundary.admission import admit, admit_state_update
-from nodes.core.config import BusyPolicy
 from nodes.core.env import PersonaOf, SessionEnv, bound_env
 from nodes.core.loop import TRACE_ACTOR, TRACE_SESSION, UNBOUND_ACTOR
 from nodes.core.protocols import TranscriptArchive
@@ -110,7 +110,7 @@ class CyreneGraph(CompiledStateGraph):
     """The compiled loop. It checks a run's input at the boundary, so an empty
     turn or a resume with nothing to resume fails with a plain `ValueError`
     before any node runs; it runs one turn at a time per session, under
-    `LoopConfig.busy_policy`; it runs with `LoopConfig.durability` unless told
+    `Sessions.busy_policy`; it runs with `LoopConfig.durability` unless told
     otherwise; and it tells background work when turns run. Everything else
     is LangGraph's."""
 

@@ -11,7 +11,7 @@ It honours the CLI's environment variables (`studio.settings`), which
 `DATA/checkpoints.db`, the CLI's own file, so a session is shared; memories
 are on the Chroma server `$CYRENE_MEMORY_SERVER` (the one `cyrene studio`
 starts), else embedded; the model is `$CYRENE_MODEL`, else the offline demo
-model; `$CYRENE_GROUP_REPLY` sets `group_reply`.
+model; `$CYRENE_GROUP_REPLY` sets `GroupPresence(reply=...)`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from graph.builder import build_graph
 from graph.extractions import aresume_extractions
 from graph.runs import CyreneGraph
 from graph.storage.checkpoint import open_checkpointer
+from nodes.context.settings import ModelView
 from nodes.core.config import LoopConfig
+from nodes.presence.settings import GroupPresence
 from studio.demo.world import demo_config, demo_model, open_demo_store
 from studio.settings import (
     CHECKPOINT_ENV,
@@ -48,9 +50,14 @@ def make_config(**overrides: Any) -> LoopConfig:
     (Studio shows each round's model view as `assemble_context`'s update)."""
     model, _ = demo_model()
     reply = os.environ.get(GROUP_REPLY_ENV)
-    settings = {"model_view_step": True, **({"group_reply": reply} if reply else {}), **overrides}
+    features = [
+        ModelView(own_step=True),
+        *([GroupPresence.model_validate({"reply": reply})] if reply else []),
+    ]
     store = open_demo_store(data_folder(), os.environ.get(MEMORY_SERVER_ENV) or None)
-    return demo_config(data_folder(), model=model, store=store, **settings)
+    return demo_config(data_folder(), model=model, store=store, **overrides).with_features(
+        *features
+    )
 
 
 def make_graph(config: LoopConfig) -> CyreneGraph:

@@ -30,9 +30,14 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import tool
 
 from graph import (
+    Compaction,
     LoopConfig,
+    ModelView,
     Persona,
     SessionEnv,
+    ToolCalls,
+    TurnEnd,
+    Vision,
     build_graph,
     open_checkpointer,
     resume_extractions,
@@ -102,13 +107,15 @@ def main() -> None:
             personas={"xilian": Persona(name="昔涟", instructions="你是昔涟。")},
             default_persona="xilian",
             tools=[lookup],
-            tool_execution="sequential",
             memory=store,
             extractor=Extractor(),
-            vision=lambda block: "一张图",
-            max_context_tokens=100_000,
-            on_turn_end=lambda user, assistant, persona: "平静",
-            model_view_step=True,  # every stage a step of its own, so each is a kill point
+            features=[
+                ModelView(own_step=True),
+                ToolCalls(execution="sequential"),
+                Compaction(max_context_tokens=100_000),
+                Vision(describer=lambda block: "一张图"),
+                TurnEnd(hook=lambda user, assistant, persona: "平静"),
+            ],
         )
         with open_checkpointer(url) as saver:
             graph = build_graph(config, saver)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from langchain_core.messages import HumanMessage
 
-from graph import build_graph, open_checkpointer
+from graph import ToolCalls, build_graph, open_checkpointer
 from tests.worker_tools import BATCH, final, log_to, lookup_and_report, sent_line, worker_config
 
 
@@ -37,7 +37,7 @@ def main() -> None:
     log = log_to(log_path)
     tools = lookup_and_report(log, working=lambda: os.environ.get("HANG") == "1")
     script = {"start": [BATCH, final], "resume": [final], "new": [final]}[mode]
-    config = worker_config(script, tools, tool_execution=execution)
+    config = worker_config(script, tools, features=[ToolCalls(execution=execution)])
     with open_checkpointer(f"sqlite:///{db}") as saver:
         if delay := float(os.environ.get("SLOW_SAVES", "0")):
             saver.put = slowed(saver.put, delay)

@@ -29,7 +29,15 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage
 
-from graph import LoopConfig, Persona, SessionBusyError, SessionEnv, build_graph, open_checkpointer
+from graph import (
+    LoopConfig,
+    Persona,
+    SessionBusyError,
+    SessionEnv,
+    Sessions,
+    build_graph,
+    open_checkpointer,
+)
 from tests.scripted import ScriptedChatModel
 
 GROUP = SessionEnv(actor="group")
@@ -141,7 +149,7 @@ def build(spec: dict, saver: Any, policy: str = "merge") -> tuple[Any, ScriptedC
         model=model,
         personas={"xilian": Persona(name="昔涟")},
         default_persona="xilian",
-        busy_policy=policy,
+        features=[Sessions(busy_policy=policy)],
     )
     return build_graph(config, saver), model
 

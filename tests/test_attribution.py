@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
-from graph import SessionEnv, build_graph, open_checkpointer
+from graph import ModelView, SessionEnv, build_graph, open_checkpointer
 from nodes.context.attribution import (
     RESTRICTED_TAIL,
     UNRESTRICTED_TAIL,
@@ -200,7 +200,7 @@ def test_owner_session_view_is_exact(layout):
         script=[AIMessage("早安呀"), tool_calls(call("get_time", "c1")), AIMessage("八点半")]
     )
     with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model, context_layout=layout), saver)
+        graph = build_graph(make_config(model, features=[ModelView(layout=layout)]), saver)
         graph.invoke(
             {"messages": [human("早", id="m1")]},
             thread("o"),
@@ -230,7 +230,7 @@ def test_group_session_view_is_exact(layout):
     model = ScriptedChatModel(script=[AIMessage("大家好"), AIMessage("主人好")])
     group = SessionEnv(actor="group", persona_id="aglaea")
     with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model, context_layout=layout), saver)
+        graph = build_graph(make_config(model, features=[ModelView(layout=layout)]), saver)
         graph.invoke({"messages": [human("hi", id="g1", name="小明")]}, thread("g"), context=group)
         out = graph.invoke({"messages": [human("是我", id="g2")]}, thread("g"), context=group)
     third = note(

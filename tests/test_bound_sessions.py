@@ -26,7 +26,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
 
-from graph import SessionEnv, build_graph, open_checkpointer
+from graph import SessionEnv, ToolCalls, build_graph, open_checkpointer
 from memory import MemoryItem, MemoryStore, Scope
 from memory.embedding import HashingEmbedding
 from nodes.core.env import SessionMismatchError
@@ -93,7 +93,7 @@ class World:
             tools=[notes_tool(self.notes), get_time, ask_admin],
             restricted_tools={"get_time", "ask_admin"},
             memory=self.store,
-            on_audit=self.audit.append,
+            features=[ToolCalls(on_audit=self.audit.append)],
         )
 
     def close(self) -> None:

@@ -20,7 +20,7 @@ from langchain_core.messages import (
 )
 from langgraph.types import Command
 
-from graph import SessionEnv, Trusted, build_graph, open_checkpointer
+from graph import ModelView, SessionEnv, Trusted, build_graph, open_checkpointer
 from nodes.context.attribution import attribute_conversation
 from nodes.context.encoding import SYSTEM_INDEX_HEADER, encode_for_provider
 from nodes.context.layout import is_round_state
@@ -106,7 +106,7 @@ def test_names_are_normalised_once_and_capped():
 def test_a_display_name_cannot_close_its_quote_or_start_a_line(provider, layout):
     model = endless(provider)
     with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model, context_layout=layout), saver)
+        graph = build_graph(make_config(model, features=[ModelView(layout=layout)]), saver)
         turn = {"messages": [HumanMessage("hi", name=HOSTILE_NAME)]}
         graph.invoke(turn, thread("g"), context=GROUP)
     view = model.requests[-1].messages
@@ -194,7 +194,7 @@ def test_image_blocks_are_normalised_so_every_later_turn_renders(provider, case,
     block, expected = IMAGES[case]
     model = endless(provider)
     with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model, context_layout=layout), saver)
+        graph = build_graph(make_config(model, features=[ModelView(layout=layout)]), saver)
         turn = {"messages": [HumanMessage(["看图", block], name="小明")]}
         graph.invoke(turn, thread("v"), context=GROUP)
         ordinary_turn_works(graph, model, "v")

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from graph import SessionEnv, Trusted, build_graph, open_checkpointer
+from graph import Fallbacks, ModelView, SessionEnv, Trusted, build_graph, open_checkpointer
 from memory import MemoryItem, MemoryStore, Scope
 from memory.embedding import HashingEmbedding
 from nodes.context.attribution import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER, UNRESTRICTED_TAIL
@@ -61,7 +61,7 @@ def second_request(model, store, layout: str) -> list:
     """Turn 1 ("早"), a summary that covers it, then turn 2 with working memory: the view
     turn 2 is sent, with every block there is."""
     model.script = [AIMessage("早安"), AIMessage("有")]
-    config = make_config(model, memory=store, timezone="UTC", context_layout=layout)
+    config = make_config(model, memory=store, timezone="UTC", features=[ModelView(layout=layout)])
     with open_checkpointer("memory") as saver:
         graph = build_graph(config, saver)
         graph.invoke({"messages": [HumanMessage("早", id="m1")]}, thread("s"))
@@ -79,7 +79,7 @@ def texts(view) -> list[tuple[str, str]]:
 
 def test_round_first_is_the_default_and_keeps_the_reference_order(store):
     model = ScriptedChatModel(provider="openai")
-    assert make_config(model).context_layout == "round_first"
+    assert make_config(model).feature(ModelView).layout == "round_first"
     assert texts(second_request(model, store, "round_first")) == [
         ("system", "你是昔涟。"),
         ("system", TIME),
@@ -145,7 +145,7 @@ def test_after_a_tool_round_the_breakpoint_is_on_the_result_before_the_round_sta
     model = ScriptedChatModel(
         provider="anthropic", script=[tool_calls(call("get_time", "c1")), AIMessage("八点半")]
     )
-    config = make_config(model, timezone="UTC", context_layout="cache")
+    config = make_config(model, timezone="UTC", features=[ModelView(layout="cache")])
     build_graph(config).invoke({"messages": [HumanMessage("几点了")]}, thread("t"))
     view = model.requests[-1].messages
     last = rendered("anthropic", view)["messages"][-1]["content"]
@@ -165,7 +165,11 @@ def settled_turns(store, provider: str, layout: str) -> list[list]:
     now = [FIXED_NOW]
     model = ScriptedChatModel(provider=provider, script=[AIMessage(f"好的{i}") for i in range(4)])
     config = make_config(
-        model, memory=store, timezone="UTC", context_layout=layout, clock=lambda: now[0]
+        model,
+        memory=store,
+        timezone="UTC",
+        clock=lambda: now[0],
+        features=[ModelView(layout=layout)],
     )
     with open_checkpointer("memory") as saver:
         graph = build_graph(config, saver)
@@ -231,7 +235,7 @@ def round_states(payload: dict[str, Any]) -> list[str]:
 )
 def test_a_participant_imitating_the_delimiters_gets_its_own_block_untouched(store, env):
     model = endless("anthropic")
-    config = make_config(model, memory=store, timezone="UTC", context_layout="cache")
+    config = make_config(model, memory=store, timezone="UTC", features=[ModelView(layout="cache")])
     name = "小明" if env.restricted else None
     with open_checkpointer("memory") as saver:
         graph = build_graph(config, saver)
@@ -259,7 +263,7 @@ def test_a_participant_imitating_the_delimiters_gets_its_own_block_untouched(sto
 
 def test_for_openai_the_moved_blocks_are_system_messages_never_user_text(store):
     model = endless("openai")
-    config = make_config(model, memory=store, timezone="UTC", context_layout="cache")
+    config = make_config(model, memory=store, timezone="UTC", features=[ModelView(layout="cache")])
     graph = build_graph(config)
     graph.invoke({"messages": [HumanMessage(HOSTILE)], "working_memory": "主人在加班"}, thread("o"))
     payload = rendered("openai", model.requests[-1].messages)["messages"]
@@ -275,7 +279,7 @@ def test_a_memory_imitating_the_delimiters_stays_one_line_of_data(store):
         )
     )
     model = endless("anthropic")
-    config = make_config(model, memory=store, context_layout="cache")
+    config = make_config(model, memory=store, features=[ModelView(layout="cache")])
     build_graph(config).invoke({"messages": [HumanMessage("乌龙茶")]}, thread("m"))
     [state] = round_states(rendered("anthropic", model.requests[-1].messages))
     lines = state.split("\n")
@@ -287,7 +291,7 @@ def test_a_memory_imitating_the_delimiters_stays_one_line_of_data(store):
 def test_an_image_that_ends_the_stable_part_carries_the_mark():
     model = endless("anthropic")
     image = {"type": "image", "url": "https://x.invalid/a.png"}
-    config = make_config(model, timezone="UTC", context_layout="cache")
+    config = make_config(model, timezone="UTC", features=[ModelView(layout="cache")])
     build_graph(config).invoke({"messages": [HumanMessage(["看图", image])]}, thread("i"))
     [text, picture, state] = rendered("anthropic", model.requests[-1].messages)["messages"][-1][
         "content"
@@ -313,7 +317,9 @@ class Refusing(ScriptedChatModel):
 def test_each_model_called_gets_the_marks_its_provider_takes(primary, fallback):
     first = Refusing(provider=primary, script=[AIMessage("")])
     second = ScriptedChatModel(provider=fallback, script=[AIMessage("好")])
-    config = make_config(first, fallback_models=[second], timezone="UTC", context_layout="cache")
+    config = make_config(
+        first, timezone="UTC", features=[ModelView(layout="cache"), Fallbacks(models=[second])]
+    )
     build_graph(config).invoke({"messages": [HumanMessage("早")]}, thread("f"))
     for model, provider in ((first, primary), (second, fallback)):
         view = model.requests[0].messages

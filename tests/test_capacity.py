@@ -6,7 +6,15 @@ import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
 
-from graph import AuditEvent, CapacityPolicy, SessionEnv, Tier, build_graph, open_checkpointer
+from graph import (
+    AuditEvent,
+    CapacityPolicy,
+    SessionEnv,
+    Tier,
+    ToolCalls,
+    build_graph,
+    open_checkpointer,
+)
 from graph.sinks import JsonlSink
 from tests.conftest import human, make_config, thread
 from tests.scripted import ScriptedChatModel, call, tool_calls
@@ -56,15 +64,15 @@ def _reset_runs():
     RUNS.clear()
 
 
-def capacity_config(model, **overrides):
-    events = overrides.pop("events", None)
+def capacity_config(model, events=None, features=()):
     return make_config(
         model,
         tools=[clock, web_search, send_email, calculator],
-        capacity=POLICY,
         restricted_tools={"clock"},
-        on_capacity=events.append if events is not None else None,
-        **overrides,
+        features=[
+            POLICY.model_copy(update={"on_event": events.append if events is not None else None}),
+            *features,
+        ],
     )
 
 
@@ -181,7 +189,7 @@ def test_restricted_sessions_deny_and_audit_even_when_the_model_insists(actor, t
         audits.append(event)
         sink(event)
 
-    graph = build_graph(capacity_config(model, on_audit=both))
+    graph = build_graph(capacity_config(model, features=[ToolCalls(on_audit=both)]))
     chunks = list(
         graph.stream(
             {"messages": [human("发邮件 搜索", id="in-1", name="小明")]},
@@ -215,7 +223,7 @@ def test_hooks_cannot_lift_the_restricted_boundary():
         script=[tool_calls(call("send_email", "c1", to="x")), AIMessage("ok")]
     )
     hooks = ToolHooks(before_call=lambda c, env: None)
-    build_graph(capacity_config(model, hooks=hooks)).invoke(
+    build_graph(capacity_config(model, features=[ToolCalls(hooks=hooks)])).invoke(
         {"messages": [human("发邮件", name="小明")]}, thread("h"), context=SessionEnv(actor="group")
     )
     assert RUNS == []

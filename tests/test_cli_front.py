@@ -19,12 +19,12 @@ import pytest
 from langchain_core.messages import AIMessage
 
 import studio.cli.serve
-from graph import build_graph, open_checkpointer
+from graph import Compaction, TurnEnd, build_graph, open_checkpointer
 from graph.storage import DEFAULT_KEEP
 from graph.storage.reading import read_session
 from memory import Scope
-from nodes.core.config import GroupReply
 from nodes.core.env import Actor
+from nodes.presence.settings import GroupReply
 from studio.cli import main as cli
 from studio.cli import memory as cli_memory
 from studio.cli.read import loop_drawing
@@ -162,7 +162,9 @@ def test_the_reader_sees_what_get_state_sees(tmp_path, capsys):
     model = ScriptedChatModel(
         script=[tool_calls(call("get_time", "c1")), *[AIMessage("嗯" * 40)] * 12]
     )
-    config = make_config(model, max_context_tokens=300, on_turn_end=lambda *a: "平静")
+    config = make_config(
+        model, features=[Compaction(max_context_tokens=300), TurnEnd(hook=lambda *a: "平静")]
+    )
     with open_checkpointer(f"sqlite:///{tmp_path / 'c.db'}") as saver:
         graph = build_graph(config, saver)
         for i in range(8):

@@ -8,7 +8,7 @@ import time
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 import studio.demo.world
-from graph import build_graph, open_checkpointer
+from graph import Sessions, build_graph, open_checkpointer
 from tests.cli_support import chat, cyrene, one_line_error
 from tests.conftest import make_config, thread
 from tests.scripted import ScriptedChatModel
@@ -122,7 +122,9 @@ def test_a_busy_session_is_one_line_and_stores_nothing(tmp_path, capsys, monkeyp
     monkeypatch.setattr(
         studio.demo.world,
         "demo_config",
-        lambda data, model=None, **settings: real(data, model, busy_policy="reject", **settings),
+        lambda data, model=None, **settings: real(data, model, **settings).with_features(
+            Sessions(busy_policy="reject")
+        ),
     )
     started = threading.Event()
 

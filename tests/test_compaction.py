@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from graph import SessionEnv, build_graph, open_checkpointer
+from graph import Compaction, SessionEnv, build_graph, open_checkpointer
 from nodes.boundary.admission import Trusted
 from nodes.compaction.summary import LLMCompactor, plan_cut
 from nodes.context.summary import SUMMARY_PREFIX
@@ -36,11 +36,18 @@ def summary_of(view) -> str | None:
     )
 
 
-def run(messages, budget, **overrides):
+def run(messages, budget, compactor=None, **overrides):
     model = ScriptedChatModel(script=[AIMessage("好")])
     env = overrides.pop("env", SessionEnv())
     with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model, max_context_tokens=budget, **overrides), saver)
+        graph = build_graph(
+            make_config(
+                model,
+                **overrides,
+                features=[Compaction(max_context_tokens=budget, compactor=compactor)],
+            ),
+            saver,
+        )
         out = graph.invoke(Trusted({"messages": messages}), thread("c"), context=env)
         out = {**out, "transcript": graph.transcript(thread("c"))}
     return model.requests[0].messages, out
@@ -103,7 +110,9 @@ def test_a_failing_or_empty_compactor_leaves_the_view_whole(caplog):
 def test_llm_compactor_summarises_only_what_is_new():
     summariser = ScriptedChatModel(script=[AIMessage("摘要一"), AIMessage("摘要二")])
     model = ScriptedChatModel(script=[AIMessage("好"), AIMessage("好")])
-    config = make_config(model, max_context_tokens=260, compactor=LLMCompactor(summariser))
+    config = make_config(
+        model, features=[Compaction(max_context_tokens=260, compactor=LLMCompactor(summariser))]
+    )
     with open_checkpointer("memory") as saver:
         graph = build_graph(config, saver)
         graph.invoke(Trusted({"messages": history(8)}), thread("l"))
@@ -126,7 +135,9 @@ def test_tool_results_stay_with_their_call_in_the_kept_tail():
     messages = history(6)
     model = ScriptedChatModel(script=[tool_calls(call("get_time", "t1")), AIMessage("八点半")])
     with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model, max_context_tokens=200), saver)
+        graph = build_graph(
+            make_config(model, features=[Compaction(max_context_tokens=200)]), saver
+        )
         graph.invoke(Trusted({"messages": messages}), thread("t"))
     second = model.requests[1].messages
     kinds = [type(m).__name__ for m in second if not isinstance(m, SystemMessage)]

@@ -7,10 +7,12 @@ from langchain_core.messages import AIMessage
 
 from graph import (
     CapacityPolicy,
+    Compaction,
     LoopConfig,
     Persona,
     SessionEnv,
     Tier,
+    ToolCalls,
     build_graph,
     open_checkpointer,
 )
@@ -32,15 +34,25 @@ def model() -> ScriptedChatModel:
         ({"tools": [get_time, get_time]}, "duplicate tool names"),
         ({"restricted_tools": {"rm_rf"}}, "restricted_tools"),
         ({"restricted_tools": "get_time"}, "restricted_tools"),
-        ({"max_rounds": 0}, "max_rounds"),
-        ({"tool_parallelism": -1}, "tool_parallelism"),
-        ({"tool_execution": "eventually"}, "tool_execution"),
-        ({"max_context_tokens": -5}, "max_context_tokens"),
     ],
 )
 def test_invalid_config_names_the_field(model, overrides, field):
     with pytest.raises(ValueError, match=field):
         build_graph(make_config(model, **overrides))
+
+
+@pytest.mark.parametrize(
+    ("kind", "settings", "field"),
+    [
+        (ToolCalls, {"max_rounds": 0}, "max_rounds"),
+        (ToolCalls, {"parallelism": -1}, "parallelism"),
+        (ToolCalls, {"execution": "eventually"}, "execution"),
+        (Compaction, {"max_context_tokens": -5}, "max_context_tokens"),
+    ],
+)
+def test_invalid_feature_settings_name_the_field(kind, settings, field):
+    with pytest.raises(ValueError, match=field):
+        kind(**settings)
 
 
 def test_unloadable_model_string_names_the_field():
@@ -57,7 +69,7 @@ def test_unloadable_model_string_names_the_field():
 )
 def test_invalid_capacity_names_the_tier(model, tiers, message):
     with pytest.raises(ValueError, match=message):
-        build_graph(make_config(model, capacity=CapacityPolicy(tiers=tiers)))
+        build_graph(make_config(model, features=[CapacityPolicy(tiers=tiers)]))
 
 
 def test_invalid_trigger_regex_names_the_tier():

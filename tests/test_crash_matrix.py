@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from graph.builder import LOOP_NODES
+from nodes.core.stages import LOOP_NODES
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.slow]

@@ -9,6 +9,7 @@ import uuid
 import pytest
 from langchain_core.messages import HumanMessage
 
+from graph import Compaction, LoopConfig, Vision
 from graph.builder import build_graph
 from graph.storage.checkpoint import open_checkpointer
 from nodes.core.env import SessionEnv
@@ -95,6 +96,14 @@ def test_the_mood_hook_reads_the_turn(user, assistant, mood):
     assert demo_mood(user, assistant, "xilian") == mood
 
 
+def budget(config: LoopConfig) -> object:
+    return config.feature(Compaction).max_context_tokens
+
+
+def describer(config: LoopConfig) -> object:
+    return config.feature(Vision).describer
+
+
 def streamed_turn(graph, thread: dict, content, persona: str = "xilian") -> None:
     """One owner turn in messages mode, the way the CLI runs it."""
     message = HumanMessage(content, id=uuid.uuid4().hex)
@@ -147,8 +156,8 @@ def test_a_real_model_gets_its_own_budget_and_no_demo_describer(tmp_path):
 
     demo = demo_config(tmp_path)
     real = demo_config(tmp_path, model=ScriptedChatModel(script=[AIMessage("好")]))
-    assert (demo.max_context_tokens, demo.vision) == (DEMO_CONTEXT_TOKENS, describe_image)
-    assert (real.max_context_tokens, real.vision) == ("auto", None)
+    assert (budget(demo), describer(demo)) == (DEMO_CONTEXT_TOKENS, describe_image)
+    assert (budget(real), describer(real)) == ("auto", None)
     assert real.tool_names == demo.tool_names, "the tools serve every model"
 
 

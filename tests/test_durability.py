@@ -18,7 +18,7 @@ import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from graph import build_graph, open_checkpointer
+from graph import ToolCalls, build_graph, open_checkpointer
 from tests.conftest import REPO, human, make_config, owner, thread
 from tests.scripted import ScriptedChatModel, call, tool_calls
 
@@ -283,7 +283,9 @@ def test_resume_when_the_crash_beat_the_next_checkpoint(tmp_path):
     batch = tool_calls(call("quick_lookup", "c1", key="k"), call("quick_lookup", "c2", key="j"))
     script = [batch, AIMessage("好了")]
     config = make_config(
-        ScriptedChatModel(script=script), tools=[quick_lookup], tool_execution="sequential"
+        ScriptedChatModel(script=script),
+        tools=[quick_lookup],
+        features=[ToolCalls(execution="sequential")],
     )
     with open_checkpointer(f"sqlite:///{db}") as saver:
         build_graph(config, saver).invoke({"messages": [human("查", id="u")]}, cfg)

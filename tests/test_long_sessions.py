@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 
-from graph import LoopConfig, Persona, build_graph, open_checkpointer
-from nodes.compaction.summary import AUTO_FALLBACK, AUTO_SHARE
+from graph import Compaction, LoopConfig, Persona, build_graph, open_checkpointer
+from nodes.compaction.policy import context_budget
+from nodes.compaction.settings import AUTO_FALLBACK, AUTO_SHARE
 from tests.cli_support import cyrene
 from tests.conftest import make_config, thread
 from tests.scripted import ScriptedChatModel
@@ -44,7 +45,9 @@ def test_what_the_summary_covers_moves_to_the_archive_and_the_transcript_stays_w
 ):
     model = ScriptedChatModel(script=[echo] * 60)
     with open_checkpointer(saver_url(kind, tmp_path, request)) as saver:
-        graph = build_graph(make_config(model, max_context_tokens=300), saver)
+        graph = build_graph(
+            make_config(model, features=[Compaction(max_context_tokens=300)]), saver
+        )
         chat(graph, "long", 30)
         values = graph.get_state(thread("long")).values
         whole = graph.transcript(thread("long"))
@@ -62,7 +65,9 @@ def test_what_the_summary_covers_moves_to_the_archive_and_the_transcript_stays_w
 async def test_the_transcript_reads_the_same_awaited(tmp_path):
     model = ScriptedChatModel(script=[echo] * 40)
     async with open_checkpointer(f"sqlite:///{tmp_path}/a.db") as saver:
-        graph = build_graph(make_config(model, max_context_tokens=300), saver)
+        graph = build_graph(
+            make_config(model, features=[Compaction(max_context_tokens=300)]), saver
+        )
         for n in range(20):
             await graph.ainvoke({"messages": [HumanMessage(f"第{n}句", id=f"h{n}")]}, thread("a"))
         whole = await graph.atranscript(thread("a"))
@@ -92,7 +97,9 @@ def test_a_step_run_again_after_a_failure_archives_the_same_messages_once(tmp_pa
         return echo(messages)
 
     model = ScriptedChatModel(script=[reply] * 40)
-    config = make_config(model, max_context_tokens=300, retry=None, compactor=Counting())
+    config = make_config(
+        model, retry=None, features=[Compaction(max_context_tokens=300, compactor=Counting())]
+    )
     with open_checkpointer(f"sqlite:///{tmp_path}/r.db") as saver:
         graph = build_graph(config, saver)
         for n in range(20):
@@ -115,7 +122,7 @@ def test_a_session_written_before_the_archive_opens_migrates_once_and_continues(
         model=model,
         personas={"xilian": Persona(name="昔涟")},
         default_persona="xilian",
-        max_context_tokens=400,
+        features=[Compaction(max_context_tokens=400)],
     )
     with open_checkpointer(f"sqlite:///{db}") as saver:
         graph = build_graph(config, saver)
@@ -136,7 +143,9 @@ def test_a_session_written_before_the_archive_opens_migrates_once_and_continues(
 def test_cyrene_history_shows_the_whole_transcript_or_its_last_messages(tmp_path, capsys):
     model = ScriptedChatModel(script=[echo] * 30)
     with open_checkpointer(f"sqlite:///{tmp_path}/checkpoints.db") as saver:
-        graph = build_graph(make_config(model, max_context_tokens=300), saver)
+        graph = build_graph(
+            make_config(model, features=[Compaction(max_context_tokens=300)]), saver
+        )
         chat(graph, "long", 30)
         assert graph.get_state(thread("long")).values["archived"]["messages"] > 10
     data = ("--data", str(tmp_path))
@@ -153,7 +162,7 @@ def test_cyrene_history_shows_the_whole_transcript_or_its_last_messages(tmp_path
 def test_compaction_is_on_by_default_and_takes_half_the_models_input_window():
     model = ScriptedChatModel(script=[echo] * 120, profile={"max_input_tokens": 8000})
     config = make_config(model)
-    assert config.max_context_tokens == "auto"
+    assert config.feature(Compaction).max_context_tokens == "auto"
     with open_checkpointer("memory") as saver:
         graph = build_graph(config, saver)
         for n in range(100):
@@ -176,10 +185,10 @@ def test_a_model_without_a_profile_gets_the_fallback_budget():
     small = ScriptedChatModel(script=[], profile={"max_input_tokens": 2000})
     personas = {"xilian": Persona(name="昔涟"), "tiny": Persona(name="小", model=small)}
     loop = Loop.from_config(LoopConfig(model=model, personas=personas, default_persona="xilian"))
-    assert loop.context_budget("xilian") == AUTO_FALLBACK
-    assert loop.context_budget("tiny") == 1000, "the persona's own model decides"
-    off = Loop.from_config(LoopConfig(model=model, max_context_tokens=0))
-    assert off.context_budget(None) == 0
+    assert context_budget(loop, "xilian") == AUTO_FALLBACK
+    assert context_budget(loop, "tiny") == 1000, "the persona's own model decides"
+    off = Loop.from_config(LoopConfig(model=model, features=[Compaction(max_context_tokens=0)]))
+    assert context_budget(off, None) == 0
 
 
 def test_the_archive_never_takes_a_call_from_its_results():
@@ -197,7 +206,9 @@ def test_the_archive_never_takes_a_call_from_its_results():
         script += [tool_calls(call("lookup", f"c{n}", key=str(n))), AIMessage(f"答{n}")]
     model = ScriptedChatModel(script=script)
     with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model, tools=[lookup], max_context_tokens=300), saver)
+        graph = build_graph(
+            make_config(model, tools=[lookup], features=[Compaction(max_context_tokens=300)]), saver
+        )
         chat(graph, "calls", 12)
         window = graph.get_state(thread("calls")).values["messages"]
     calls = {c["id"] for m in window if isinstance(m, AIMessage) for c in m.tool_calls}

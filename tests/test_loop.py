@@ -5,9 +5,23 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, ToolMessage
 
-from graph import KeywordGuard, ManualExtractor, Persona, SessionEnv, build_graph, open_checkpointer
-from graph.builder import LOOP_NODES
+from graph import (
+    Compaction,
+    Guards,
+    KeywordGuard,
+    ManualExtractor,
+    ModelView,
+    Persona,
+    SessionEnv,
+    Thinking,
+    ToolCalls,
+    TurnEnd,
+    Vision,
+    build_graph,
+    open_checkpointer,
+)
 from memory import MemoryStore
+from nodes.core.stages import LOOP_NODES
 from tests.conftest import human, make_config, owner, thread
 from tests.scripted import ScriptedChatModel, call, tool_calls
 
@@ -85,7 +99,7 @@ def test_persona_knobs_reach_the_model_call_in_the_provider_spelling(provider, p
 
 def test_loop_wide_knobs_apply_when_the_persona_sets_none():
     model = ScriptedChatModel(script=[AIMessage("ok")], provider="openai")
-    config = make_config(model, reasoning_effort="medium", tools=[])
+    config = make_config(model, tools=[], features=[Thinking(reasoning_effort="medium")])
     build_graph(config).invoke({"messages": [human("hi")]}, thread("k"))
     assert model.requests[0].kwargs == {"reasoning_effort": "medium"}
 
@@ -127,7 +141,9 @@ def test_request_guard_blocks_before_the_model_and_hides_the_text_forever():
     model = ScriptedChatModel(script=[AIMessage("好的")])
     guard = KeywordGuard(["炸弹"], responses=False)
     with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model, guards=[guard], refusal_text="不行哦"), saver)
+        graph = build_graph(
+            make_config(model, features=[Guards(checks=[guard], refusal_text="不行哦")]), saver
+        )
         first = graph.invoke({"messages": [human("教我做炸弹", id="bad")]}, thread("g"))
         graph.invoke({"messages": [human("那聊点别的", id="ok")]}, thread("g"))
     assert first["messages"][-1].content == "不行哦"
@@ -143,7 +159,10 @@ def test_response_guard_keeps_the_blocked_reply_from_the_user_and_the_transcript
     model = ScriptedChatModel(script=[AIMessage("秘密是 hunter2")], stream_chunks=True)
     with open_checkpointer("memory") as saver:
         graph = build_graph(
-            make_config(model, guards=[KeywordGuard(["hunter2"])], refusal_text="不能说"), saver
+            make_config(
+                model, features=[Guards(checks=[KeywordGuard(["hunter2"])], refusal_text="不能说")]
+            ),
+            saver,
         )
         streamed = [
             c
@@ -162,9 +181,9 @@ def test_a_guard_that_raises_blocks():
             raise RuntimeError("guard down")
 
     model = ScriptedChatModel(script=[AIMessage("never")])
-    out = build_graph(make_config(model, guards=[Broken([])], refusal_text="稍后再试")).invoke(
-        {"messages": [human("hi")]}, thread("b")
-    )
+    out = build_graph(
+        make_config(model, features=[Guards(checks=[Broken([])], refusal_text="稍后再试")])
+    ).invoke({"messages": [human("hi")]}, thread("b"))
     assert out["messages"][-1].content == "稍后再试" and model.requests == []
 
 
@@ -199,7 +218,7 @@ def test_round_cap_answers_the_last_rounds_calls_without_running_them():
         return "pong"
 
     model = ScriptedChatModel(script=[tool_calls(call("ping", f"c{i}")) for i in range(5)])
-    out = build_graph(make_config(model, tools=[ping], max_rounds=3)).invoke(
+    out = build_graph(make_config(model, tools=[ping], features=[ToolCalls(max_rounds=3)])).invoke(
         {"messages": [human("go")]}, thread("r")
     )
     assert len(model.requests) == 3
@@ -223,7 +242,7 @@ def test_mood_from_on_turn_end_is_recorded_on_the_final_reply_and_in_state():
         return {"valence": 0.8, "label": "开心"}
 
     model = ScriptedChatModel(script=[tool_calls(call("get_time", "c1")), AIMessage("八点半啦")])
-    out = build_graph(make_config(model, on_turn_end=on_turn_end)).invoke(
+    out = build_graph(make_config(model, features=[TurnEnd(hook=on_turn_end)])).invoke(
         {"messages": [human("几点了")]}, thread("m"), context=owner("aglaea")
     )
     assert seen == [("几点了", "八点半啦", "aglaea")]
@@ -239,7 +258,7 @@ def test_a_failing_turn_end_hook_does_not_fail_the_turn():
         raise RuntimeError("mood engine down")
 
     model = ScriptedChatModel(script=[AIMessage("好")])
-    out = build_graph(make_config(model, on_turn_end=on_turn_end)).invoke(
+    out = build_graph(make_config(model, features=[TurnEnd(hook=on_turn_end)])).invoke(
         {"messages": [human("hi")]}, thread("m")
     )
     assert out["messages"][-1].content == "好" and out["mood"] is None
@@ -253,7 +272,7 @@ def test_working_memory_and_transform_context_shape_the_view():
         return [m for m in messages if m.content != "drop me"]
 
     model = ScriptedChatModel(script=[tool_calls(call("get_time", "c1")), AIMessage("ok")])
-    build_graph(make_config(model, transform_context=transform)).invoke(
+    build_graph(make_config(model, features=[ModelView(transform=transform)])).invoke(
         {"messages": [human("drop me"), human("keep")], "working_memory": "主人在加班"}, thread("w")
     )
     assert calls == [1, 2]
@@ -296,12 +315,14 @@ def test_stages_that_are_on_run_in_the_designed_order(tmp_path, view_step):
     model = ScriptedChatModel(script=[tool_calls(call("add", "c1", a=1, b=1)), AIMessage("2")])
     every_stage = make_config(
         model,
-        vision=lambda block: "图",
-        max_context_tokens=10_000,
         memory=MemoryStore.open(tmp_path / "memory"),
         extractor=ManualExtractor(),
-        on_turn_end=lambda *_: "calm",
-        model_view_step=view_step,
+        features=[
+            ModelView(own_step=view_step),
+            Compaction(max_context_tokens=10_000),
+            Vision(describer=lambda block: "图"),
+            TurnEnd(hook=lambda *_: "calm"),
+        ],
     )
     graph = build_graph(every_stage)
     updates = [next(iter(u)) for u in graph.stream({"messages": [human("1+1")]}, thread("o"))]
@@ -322,12 +343,12 @@ def test_a_failing_transform_context_is_logged_and_the_view_goes_untransformed(c
         raise RuntimeError("projection bug")
 
     model = ScriptedChatModel(script=[AIMessage("ok")])
-    out = build_graph(make_config(model, transform_context=transform)).invoke(
+    out = build_graph(make_config(model, features=[ModelView(transform=transform)])).invoke(
         {"messages": [human("hi")]}, thread("x")
     )
     assert out["messages"][-1].content == "ok"
     assert [m.content for m in model.requests[0].messages] == ["你是昔涟。", "hi"]
-    assert "transform_context failed" in caplog.text
+    assert "ModelView.transform failed" in caplog.text
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])

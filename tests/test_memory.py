@@ -9,6 +9,8 @@ import pytest
 from langchain_core.messages import AIMessage
 
 from graph import (
+    Extraction,
+    Guards,
     LLMExtractor,
     ManualExtractor,
     SessionEnv,
@@ -428,7 +430,9 @@ def test_background_extraction_does_not_delay_the_reply(store):
 
 def test_background_timeout_and_failure_are_counted_not_raised(store, caplog):
     config = make_config(
-        ScriptedChatModel(script=[AIMessage("嗯")] * 2), memory=store, extraction_timeout=0.3
+        ScriptedChatModel(script=[AIMessage("嗯")] * 2),
+        memory=store,
+        features=[Extraction(timeout=0.3)],
     )
     slow = build_graph(config.model_copy(update={"extractor": SlowExtractor(1.0)}))
     slow.invoke({"messages": [human("hi")]}, thread("to"))
@@ -491,7 +495,12 @@ def test_a_guard_blocked_turn_is_never_extracted(store):
     model = ScriptedChatModel(script=[AIMessage("好")])
     with open_checkpointer("memory") as saver:
         graph = build_graph(
-            make_config(model, memory=store, extractor=Recorder(), guards=[KeywordGuard(["炸弹"])]),
+            make_config(
+                model,
+                memory=store,
+                extractor=Recorder(),
+                features=[Guards(checks=[KeywordGuard(["炸弹"])])],
+            ),
             saver,
         )
         graph.invoke({"messages": [human("你好", id="a")]}, thread("x"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from graph import Hearing, SessionEnv, build_graph, open_checkpointer
+from graph import GroupPresence, Hearing, SessionEnv, build_graph, open_checkpointer
 from nodes.presence.judges import ReplyScorer, asks_the_room
 from nodes.presence.mentions import MentionMatcher
 from nodes.presence.policy import quiet_reason
@@ -103,7 +103,9 @@ IMPOSTOR_NAMES = ["@昔涟", "＠昔涟", "@Cyrene", "昔涟你好", "小昔在�
 
 
 def mentioned_graph(saver, model):
-    return build_graph(make_config(model, personas=NICKNAMED, group_reply="mentioned"), saver)
+    return build_graph(
+        make_config(model, personas=NICKNAMED, features=[GroupPresence(reply="mentioned")]), saver
+    )
 
 
 @pytest.mark.parametrize("impostor", IMPOSTOR_NAMES)

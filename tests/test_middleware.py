@@ -23,7 +23,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
 from pydantic import ValidationError
 
-from graph import SessionEnv, build_graph, open_checkpointer
+from graph import SessionEnv, ToolCalls, build_graph, open_checkpointer
 from tests.conftest import add, human, make_config, thread
 from tests.scripted import ScriptedChatModel, call, tool_calls
 
@@ -328,8 +328,8 @@ async def test_no_middleware_runs_a_tool_a_restricted_session_may_not(run):
             model,
             tools=[read_diary, *make_config(model).tools],
             restricted_tools={"get_time"},
-            on_audit=audit.append,
             middleware=middleware,
+            features=[ToolCalls(on_audit=audit.append)],
         )
         with open_checkpointer("memory") as saver:
             graph = build_graph(config, saver)

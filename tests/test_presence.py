@@ -9,11 +9,15 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from graph import (
+    Compaction,
+    GroupPresence,
     LLMReplyJudge,
     LoopConfig,
     Persona,
     ReplyScorer,
     SessionEnv,
+    TurnEnd,
+    Vision,
     build_graph,
     open_checkpointer,
 )
@@ -34,9 +38,11 @@ def replies(count: int = 10) -> ScriptedChatModel:
     return ScriptedChatModel(script=[AIMessage("嗯嗯。")] * count)
 
 
-def group_graph(saver, model, **overrides):
-    settings = {"personas": NICKNAMED, "group_reply": "mentioned", **overrides}
-    return build_graph(make_config(model, **settings), saver)
+def group_graph(saver, model, features=(), **overrides):
+    config = make_config(
+        model, personas=NICKNAMED, features=[GroupPresence(reply="mentioned")], **overrides
+    )
+    return build_graph(config.with_features(*features), saver)
 
 
 def say(graph, session: str, text: str, name: str | None, env: SessionEnv = GROUP, **kwargs):
@@ -115,7 +121,7 @@ def test_quiet_messages_reach_the_next_answer_in_order_with_their_speakers():
 def test_owner_and_stranger_chats_always_answer():
     model = replies()
     with open_checkpointer("memory") as saver:
-        graph = group_graph(saver, model, group_reply="judged")
+        graph = group_graph(saver, model, features=[GroupPresence(reply="judged")])
         owner = say(graph, "o", "今天天气不错", None, SessionEnv(actor="owner"))
         stranger = say(graph, "s", "今天天气不错", "路人", SessionEnv(actor="stranger"))
     assert len(model.requests) == 2
@@ -141,11 +147,12 @@ def test_a_quiet_turn_runs_no_stage_no_tool_and_no_extraction_but_the_turn_end_h
         graph = group_graph(
             saver,
             model,
-            vision=describe,
-            model_accepts_images=False,
-            max_context_tokens=4000,
             restricted_tools={"get_time"},
-            on_turn_end=lambda user, reply, persona: ended.append((user, reply)) or "平静",
+            features=[
+                Compaction(max_context_tokens=4000),
+                Vision(describer=describe, model_accepts_images=False),
+                TurnEnd(hook=lambda user, reply, persona: ended.append((user, reply)) or "平静"),
+            ],
         )
         chunks = list(
             graph.stream(
@@ -173,7 +180,7 @@ def test_a_quiet_turn_runs_no_stage_no_tool_and_no_extraction_but_the_turn_end_h
 def test_judged_with_the_offline_scorer():
     model = replies()
     with open_checkpointer("memory") as saver:
-        graph = group_graph(saver, model, group_reply="judged")
+        graph = group_graph(saver, model, features=[GroupPresence(reply="judged")])
         for text in ("好累", "哈哈", "我先吃饭了"):
             assert quiet_reason(say(graph, "g", text, "小明")) is not None
         asked = say(graph, "g", "有人周末去爬山吗？", "小红")
@@ -194,7 +201,7 @@ def test_an_llm_judge_decides_before_the_main_model():
     model = replies()
     with open_checkpointer("memory") as saver:
         graph = group_graph(
-            saver, model, group_reply="judged", reply_judge=LLMReplyJudge(judge_model)
+            saver, model, features=[GroupPresence(reply="judged", judge=LLMReplyJudge(judge_model))]
         )
         quiet = say(graph, "g", "哈哈", "小明")
         answered = say(graph, "g", "这题怎么做？", "小红")
@@ -210,7 +217,9 @@ def test_a_failing_judge_falls_back_to_the_scorer():
     judge_model = ScriptedChatModel(script=[])  # every call fails
     with open_checkpointer("memory") as saver:
         graph = group_graph(
-            saver, replies(), group_reply="judged", reply_judge=LLMReplyJudge(judge_model)
+            saver,
+            replies(),
+            features=[GroupPresence(reply="judged", judge=LLMReplyJudge(judge_model))],
         )
         state = say(graph, "g", "哈哈", "小明")
     assert quiet_reason(state).startswith("judge failed (AssertionError); score 0.06 < 0.5")
@@ -223,7 +232,9 @@ def test_the_demo_model_can_be_the_judge():
 
     with open_checkpointer("memory") as saver:
         graph = group_graph(
-            saver, replies(), group_reply="judged", reply_judge=LLMReplyJudge(DemoChatModel())
+            saver,
+            replies(),
+            features=[GroupPresence(reply="judged", judge=LLMReplyJudge(DemoChatModel()))],
         )
         chatting = say(graph, "g", "哈哈", "小明")
         asking = say(graph, "g", "这题怎么做？", "小红")
@@ -250,10 +261,10 @@ async def test_a_quiet_turn_on_the_async_path():
 
 
 def test_the_settings_refuse_what_would_silently_do_nothing():
-    with pytest.raises(ValueError, match="group_reply"):
-        LoopConfig(model=replies(), group_reply="sometimes")
-    with pytest.raises(ValueError, match="reply_judge: only used with group_reply='judged'"):
-        LoopConfig(model=replies(), reply_judge=ReplyScorer())
+    with pytest.raises(ValueError, match="reply"):
+        LoopConfig(model=replies(), features=[GroupPresence(reply="sometimes")])
+    with pytest.raises(ValueError, match="judge: only used with reply='judged'"):
+        LoopConfig(model=replies(), features=[GroupPresence(judge=ReplyScorer())])
     with pytest.raises(ValueError, match="nicknames: expected a list of names, not a string"):
         Persona(nicknames="小昔")
     with pytest.raises(ValueError, match=r"nicknames\[1\]: expected a non-blank name"):
@@ -264,7 +275,7 @@ def test_studios_graph_shows_the_decision_as_a_node_update(tmp_path, monkeypatch
     monkeypatch.setenv("CYRENE_DATA", str(tmp_path))
     # The module builds the server's graph when it is imported: over tmp_path, here.
     studio_graph = importlib.import_module("studio.graph")
-    config = studio_graph.make_config(group_reply="mentioned")
+    config = studio_graph.make_config(features=[GroupPresence(reply="mentioned")])
     try:
         graph = studio_graph.make_graph(config)
         quiet = list(
@@ -284,7 +295,7 @@ def test_studios_graph_shows_the_decision_as_a_node_update(tmp_path, monkeypatch
 def test_quiet_messages_past_the_budget_reach_the_answer_folded_with_their_speakers():
     model = replies()
     with open_checkpointer("memory") as saver:
-        graph = group_graph(saver, model, max_context_tokens=300)
+        graph = group_graph(saver, model, features=[Compaction(max_context_tokens=300)])
         for i in range(12):
             say(graph, "g", f"第{i}条：今天的会议纪要在群文件里，大家记得看一下。", f"成员{i % 3}")
         say(graph, "g", "昔涟，会议纪要在哪？", "小明")

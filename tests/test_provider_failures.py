@@ -21,7 +21,15 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from pydantic import Field, PrivateAttr
 
-from graph import CapacityPolicy, Tier, ToolHooks, build_graph, open_checkpointer
+from graph import (
+    CapacityPolicy,
+    Fallbacks,
+    Tier,
+    ToolCalls,
+    ToolHooks,
+    build_graph,
+    open_checkpointer,
+)
 from nodes.kernel.provider_errors import ModelCallTimeout, is_transient
 from tests.conftest import human, make_config, owner, thread
 from tests.payload_checks import payload_problems
@@ -225,7 +233,7 @@ def test_fallback_models_take_over_once_retries_are_spent():
     primary = FlakyModel(errors=always(lambda: openai_status(503)), script=[])
     first = FlakyModel(errors=[connect_error], script=[])
     second = ScriptedChatModel(script=[AIMessage("备用模型在此")])
-    config = make_config(primary, fallback_models=[first, second], **fast_retries(2))
+    config = make_config(primary, **fast_retries(2), features=[Fallbacks(models=[first, second])])
     out = build_graph(config).invoke({"messages": [human("hi")]}, thread("f"), context=owner())
     assert (len(primary.requests), len(first.requests), len(second.requests)) == (3, 1, 1)
     assert out["messages"][-1].content == "备用模型在此"
@@ -236,7 +244,7 @@ def test_fallback_models_take_over_once_retries_are_spent():
 def test_a_client_error_goes_to_the_fallback_at_once():
     primary = FlakyModel(errors=[lambda: openai_status(400)], script=[])
     fallback = ScriptedChatModel(script=[AIMessage("ok")])
-    config = make_config(primary, fallback_models=[fallback], **fast_retries(3))
+    config = make_config(primary, **fast_retries(3), features=[Fallbacks(models=[fallback])])
     build_graph(config).invoke({"messages": [human("hi")]}, thread("f"))
     assert (len(primary.requests), len(fallback.requests)) == (1, 1)
 
@@ -244,7 +252,7 @@ def test_a_client_error_goes_to_the_fallback_at_once():
 def test_when_every_model_fails_the_primary_error_names_the_fallbacks():
     primary = FlakyModel(errors=always(lambda: openai_status(503)), script=[])
     fallback = FlakyModel(errors=always(lambda: anthropic_status(529)), script=[])
-    config = make_config(primary, fallback_models=[fallback], **fast_retries(1))
+    config = make_config(primary, **fast_retries(1), features=[Fallbacks(models=[fallback])])
     with open_checkpointer("memory") as saver:
         graph = build_graph(config, saver)
         with pytest.raises(openai.InternalServerError) as failure:
@@ -259,7 +267,7 @@ def test_a_fallback_of_another_family_gets_the_view_its_provider_needs():
     """OpenAI gets attribution notes in place; Anthropic needs one leading system message."""
     primary = FlakyModel(script=[AIMessage("早")], provider="openai")  # turn 1 succeeds
     fallback = ScriptedChatModel(script=[AIMessage("在呢")], provider="anthropic")
-    config = make_config(primary, fallback_models=[fallback], retry=None)
+    config = make_config(primary, retry=None, features=[Fallbacks(models=[fallback])])
     with open_checkpointer("memory") as saver:
         graph = build_graph(config, saver)
         graph.invoke({"messages": [human("早安")]}, thread("x"), context=owner())
@@ -274,8 +282,10 @@ def test_a_fallback_of_another_family_gets_the_view_its_provider_needs():
 
 
 def test_fallback_model_strings_are_resolved_at_build():
-    with pytest.raises(ValueError, match=r"fallback_models\[0\]: cannot load chat model"):
-        build_graph(make_config(ScriptedChatModel(), fallback_models=["nosuchprovider:x"]))
+    with pytest.raises(ValueError, match=r"Fallbacks.models\[0\]: cannot load chat model"):
+        build_graph(
+            make_config(ScriptedChatModel(), features=[Fallbacks(models=["nosuchprovider:x"])])
+        )
 
 
 @tool
@@ -299,10 +309,11 @@ def test_a_retried_round_runs_its_hooks_and_capacity_events_once():
     config = make_config(
         model,
         tools=[web_search],
-        capacity=policy,
-        hooks=hooks,
-        on_capacity=lambda event: seen.append(event.kind),
         **fast_retries(2),
+        features=[
+            policy.model_copy(update={"on_event": lambda event: seen.append(event.kind)}),
+            ToolCalls(hooks=hooks),
+        ],
     )
     out = build_graph(config).invoke({"messages": [human("搜索 猫")]}, thread("h"))
     assert out["messages"][-1].content == "找到了"
@@ -427,7 +438,7 @@ def test_a_cut_off_reply_never_runs_its_tool_calls(metadata):
 def test_a_cut_off_reply_in_the_last_round_ends_the_turn():
     cut = AIMessage("", tool_calls=[call("remember", "c1", text="x")], response_metadata=CUT_OFF[0])
     model = ScriptedChatModel(script=[cut])
-    out = build_graph(reply_config(model, max_rounds=1)).invoke(
+    out = build_graph(reply_config(model, features=[ToolCalls(max_rounds=1)])).invoke(
         {"messages": [human("go")]}, thread("c")
     )
     assert RUNS == [] and len(model.requests) == 1

@@ -17,7 +17,17 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 
-from graph import LoopConfig, Persona, SessionEnv, Trusted, build_graph, open_checkpointer
+from graph import (
+    Compaction,
+    Fallbacks,
+    LoopConfig,
+    ModelView,
+    Persona,
+    SessionEnv,
+    Trusted,
+    build_graph,
+    open_checkpointer,
+)
 from tests.conftest import make_config, thread
 from tests.emulator import (
     BadSseLine,
@@ -114,7 +124,10 @@ def test_owner_and_group_chats_send_only_requests_the_api_accepts(
     )
     with open_checkpointer("memory") as saver:
         graph = wire_graph(
-            client(emulator, provider), saver, context_layout=layout, restricted_tools={"get_time"}
+            client(emulator, provider),
+            saver,
+            restricted_tools={"get_time"},
+            features=[ModelView(layout=layout)],
         )
         say(graph, "早", "owner", stream=stream)
         assert say(graph, "几点了", "owner", stream=stream)["messages"][-1].text == "八点半。"
@@ -129,7 +142,10 @@ def test_token_usage_is_what_the_server_reported_cache_reads_included(emulator, 
     long = Persona(name="昔涟", instructions="你是昔涟，主人的陪伴者。" * 120)
     with open_checkpointer("memory") as saver:
         graph = wire_graph(
-            client(emulator, provider), saver, personas={"xilian": long}, context_layout="cache"
+            client(emulator, provider),
+            saver,
+            personas={"xilian": long},
+            features=[ModelView(layout="cache")],
         )
         say(graph, "早", "u")
         say(graph, "今天天气不错", "u")  # the first labelled reply brings the role declaration
@@ -227,7 +243,7 @@ def test_a_thinking_fallback_continues_an_openai_tool_round(emulator):
             openai_model(emulator),
             saver,
             personas=THINKING,
-            fallback_models=[anthropic_model(emulator)],
+            features=[Fallbacks(models=[anthropic_model(emulator)])],
         )
         assert say(graph, "几点了", "f")["messages"][-1].text == "八点半了。"
 
@@ -335,7 +351,9 @@ def test_a_hanging_provider_has_a_default_time_limit(emulator):
 def test_compaction_on_anthropic_sends_no_refused_token_counts(emulator):
     emulator.respond_with(lambda request: Reply("好的，我记住了。" * 10))
     with open_checkpointer("memory") as saver:
-        graph = wire_graph(anthropic_model(emulator), saver, max_context_tokens=300)
+        graph = wire_graph(
+            anthropic_model(emulator), saver, features=[Compaction(max_context_tokens=300)]
+        )
         for text in ("早", "今天去了公园", "看到了很多花", "还喂了鸽子"):
             say(graph, text, "k")
     counts = [r for r in emulator.requests if not r.generates]

@@ -15,7 +15,7 @@ from langchain_anthropic import ChatAnthropic
 from langchain_core.messages import AIMessage, SystemMessage
 from langchain_openai import ChatOpenAI
 
-from graph import Persona, SessionEnv, build_graph, open_checkpointer
+from graph import ModelView, Persona, SessionEnv, build_graph, open_checkpointer
 from nodes.context.attribution import SPEAKER_SWITCH_MARKER
 from nodes.context.encoding import NOTE_INDEX_HEADER, NOTE_POSITIONS_HEADER
 from nodes.context.layout import (
@@ -78,7 +78,9 @@ LAYOUTS = pytest.mark.parametrize("layout", ["round_first", "cache"])
 
 @LAYOUTS
 def test_openai_compatible_gets_the_exact_inline_rendering(layout):
-    view = group_conversation(ScriptedChatModel(provider="openai"), context_layout=layout)
+    view = group_conversation(
+        ScriptedChatModel(provider="openai"), features=[ModelView(layout=layout)]
+    )
     payload = ChatOpenAI(model="gpt-4o-mini", api_key="offline")._get_request_payload(view)
     sent = [(m["role"], m.get("content") or "") for m in payload["messages"]]
     assert sent[2:] == [
@@ -99,7 +101,9 @@ def test_openai_compatible_gets_the_exact_inline_rendering(layout):
 
 @LAYOUTS
 def test_anthropic_gets_one_system_prompt_and_the_stored_order(layout):
-    view = group_conversation(ScriptedChatModel(provider="anthropic"), context_layout=layout)
+    view = group_conversation(
+        ScriptedChatModel(provider="anthropic"), features=[ModelView(layout=layout)]
+    )
     assert conversation_only(view) == STORED_ORDER
     assert [isinstance(m, SystemMessage) for m in view].count(True) == 1 and isinstance(
         view[0], SystemMessage
@@ -148,8 +152,7 @@ def test_anthropic_gets_one_system_prompt_and_the_stored_order(layout):
 def test_single_system_models_get_the_leading_encoding(provider, override, layout):
     view = group_conversation(
         SingleSystemModel(provider=provider),
-        attribution_encoding=override,
-        context_layout=layout,
+        features=[ModelView(attribution_encoding=override, layout=layout)],
     )
     assert conversation_only(view) == STORED_ORDER
     assert (
@@ -159,7 +162,10 @@ def test_single_system_models_get_the_leading_encoding(provider, override, layou
 
 def test_single_system_model_fails_with_inline_and_the_override_is_honoured():
     with pytest.raises(ValueError, match="System message must be at the beginning"):
-        group_conversation(SingleSystemModel(provider="scripted"), attribution_encoding="inline")
+        group_conversation(
+            SingleSystemModel(provider="scripted"),
+            features=[ModelView(attribution_encoding="inline")],
+        )
 
 
 def test_unlabelled_single_system_view_still_merges_leading_blocks():

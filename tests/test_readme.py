@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from graph import LoopConfig, open_checkpointer
+from graph import Feature, LoopConfig, open_checkpointer
 from studio import settings
 from studio.cli import main as cli
 from studio.cli.read import loop_drawing
+from tests import config_tables
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -139,12 +140,12 @@ def test_the_diagram_is_what_cyrene_graph_prints():
 
 def test_every_config_field_is_documented():
     configuration = page("configuration.md")
-    table = {
-        row.split("|")[1].strip().strip("`")
-        for row in configuration.splitlines()
-        if row.startswith("| `")
-    }
-    assert set(LoopConfig.model_fields) <= table
+    assert config_tables.table(LoopConfig) in configuration
+    for kind, folder in config_tables.FEATURES:
+        assert f"{config_tables.feature_heading(kind, folder)}\n\n{config_tables.table(kind)}" in (
+            configuration
+        ), f"docs/configuration.md's section for {kind.__name__} (python -m tests.config_tables)"
+    assert config_tables.moved_table() in configuration
 
 
 @pytest.fixture
@@ -207,19 +208,17 @@ def test_the_worker_shutdown_snippet_runs(quickstart, capsys):
     assert stopped.value.code == 0
 
 
-def test_the_configuration_table_says_what_each_field_describes():
-    rows = {
-        m.group(1): m.group(2)
-        for m in re.finditer(
-            r"^\| `(\w+)` \| .*? \| (.*) \|$", page("configuration.md"), re.MULTILINE
-        )
-    }
-    for name, field in LoopConfig.model_fields.items():
-        assert rows.get(name) == field.description, (
-            f"docs/configuration.md's row for `{name}` differs from"
-            f" LoopConfig.{name}'s Field(description=…)"
-        )
-        assert "seed `" not in field.description, "say what the knob does"
+def all_subclasses(kind: type) -> list[type]:
+    return [sub for direct in kind.__subclasses__() for sub in (direct, *all_subclasses(direct))]
+
+
+def test_every_feature_has_its_section_and_says_what_each_field_does():
+    documented = {kind for kind, _ in config_tables.FEATURES}
+    assert documented == set(all_subclasses(Feature)), "a feature without its section"
+    for model in (LoopConfig, *documented):
+        for name, field in model.model_fields.items():
+            assert field.description, f"{model.__name__}.{name} has no description"
+            assert "seed `" not in field.description, "say what the knob does"
 
 
 def test_every_environment_variable_and_extra_is_in_its_table():

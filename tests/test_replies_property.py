@@ -23,7 +23,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
 
-from graph import build_graph
+from graph import ModelView, ToolCalls, build_graph
 from tests.conftest import human, make_config, owner
 from tests.payload_checks import anthropic_problems, openai_problems, payload_problems
 from tests.scripted import Request, ScriptedChatModel
@@ -119,7 +119,7 @@ def build_reply(spec: ReplySpec, tokens: itertools.count) -> AIMessage:
 GRAPHS: dict[str, Any] = {}
 
 
-LAYOUTS = {"round_first": {}, "cache": {"context_layout": "cache", "timezone": "UTC"}}
+LAYOUTS = {"round_first": {}, "cache": {"timezone": "UTC"}}
 """The cache layout with a time block, so every request ends with the round's own blocks."""
 
 
@@ -129,7 +129,11 @@ def graph_for(provider: str, layout: str) -> tuple[Any, ReplayModel]:
     if (provider, layout) not in GRAPHS:
         model = ReplayModel(provider=provider)
         config = make_config(
-            model, tools=[remember], max_rounds=MAX_ROUNDS, retry=None, **LAYOUTS[layout]
+            model,
+            tools=[remember],
+            retry=None,
+            **LAYOUTS[layout],
+            features=[ToolCalls(max_rounds=MAX_ROUNDS), ModelView(layout=layout)],
         )
         GRAPHS[provider, layout] = (build_graph(config, InMemorySaver()), model)
     return GRAPHS[provider, layout]

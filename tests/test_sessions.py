@@ -19,7 +19,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from graph import build_graph, open_checkpointer
+from graph import Sessions, build_graph, open_checkpointer
 from graph.sessions import queued
 from tests.conftest import make_config, thread
 from tests.scripted import ScriptedChatModel
@@ -140,7 +140,9 @@ def test_two_callers_at_the_same_moment_lose_nothing(kind, policy, tmp_path, req
     name = f"race-{uuid.uuid4().hex[:8]}"
     rounds = 30 if kind == "memory" else 15
     with open_checkpointer(saver_url(kind, tmp_path, request)) as saver:
-        graph = build_graph(make_config(talk_model(delay=0.005), busy_policy=policy), saver)
+        graph = build_graph(
+            make_config(talk_model(delay=0.005), features=[Sessions(busy_policy=policy)]), saver
+        )
         sent, answered = race(graph, name, rounds)
         stored = [m.id for m in stored_humans(graph, name)]
     assert len(sent) == 2 * rounds
@@ -283,7 +285,9 @@ async def test_a_cancelled_caller_tells_by_its_message_id_whether_it_was_stored(
 def test_a_caller_that_stops_its_stream_early_gives_the_session_back():
     """Closing the stream mid-turn throws GeneratorExit into the run's steps; their
     `finally` still releases the session (else the next call waits out busy_timeout)."""
-    graph = build_graph(make_config(talk_model(), busy_timeout=1), InMemorySaver())
+    graph = build_graph(
+        make_config(talk_model(), features=[Sessions(busy_timeout=1)]), InMemorySaver()
+    )
     chunks = graph.stream({"messages": [HumanMessage("一")]}, thread("early"), stream_mode="values")
     next(chunks)
     chunks.close()
@@ -291,7 +295,9 @@ def test_a_caller_that_stops_its_stream_early_gives_the_session_back():
 
 
 async def test_an_async_caller_that_stops_its_stream_early_gives_the_session_back():
-    graph = build_graph(make_config(talk_model(), busy_timeout=1), InMemorySaver())
+    graph = build_graph(
+        make_config(talk_model(), features=[Sessions(busy_timeout=1)]), InMemorySaver()
+    )
     turn = {"messages": [HumanMessage("一")]}
     chunks = graph.astream(turn, thread("early"), stream_mode="values")
     await anext(chunks)

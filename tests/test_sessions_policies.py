@@ -18,8 +18,10 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from graph import (
+    GroupPresence,
     SessionBusyError,
     SessionEnv,
+    Sessions,
     SessionWaitTimeout,
     build_graph,
     open_checkpointer,
@@ -98,7 +100,7 @@ def test_merge_answers_a_burst_once_with_each_speaker_kept(held):
 
 
 def test_enqueue_answers_each_message_in_its_own_turn_in_arrival_order(held):
-    model, graph = held.model, held.graph(busy_policy="enqueue")
+    model, graph = held.model, held.graph(features=[Sessions(busy_policy="enqueue")])
     results = burst(graph, held, "q")
     stored = stored_humans(graph, "q")
     assert len(model.requests) == 6
@@ -168,7 +170,7 @@ def test_when_a_merged_turn_fails_the_other_callers_still_get_answers(held):
 
 
 def test_reject_raises_at_once_and_stores_nothing(held):
-    graph = held.graph(busy_policy="reject")
+    graph = held.graph(features=[Sessions(busy_policy="reject")])
     held.begin(graph, "r")
     began = time.monotonic()
     with pytest.raises(SessionBusyError, match="'r' is running a turn"):
@@ -183,7 +185,7 @@ def test_reject_raises_at_once_and_stores_nothing(held):
 
 @pytest.mark.parametrize("policy", ["merge", "enqueue"])
 def test_a_waiting_caller_times_out_and_its_message_is_not_stored(policy, held):
-    model, graph = held.model, held.graph(busy_policy=policy, busy_timeout=0.2)
+    model, graph = held.model, held.graph(features=[Sessions(busy_policy=policy, busy_timeout=0.2)])
     held.begin(graph, "w")
     began = time.monotonic()
     with pytest.raises(SessionWaitTimeout, match=r"waited 0\.2 s") as caught:
@@ -267,7 +269,9 @@ async def test_async_merge_burst_and_reject():
             for i in range(5)
         ]
         states = await asyncio.gather(first, *burst)
-        rejecting = build_graph(make_config(model, busy_policy="reject"), saver)
+        rejecting = build_graph(
+            make_config(model, features=[Sessions(busy_policy="reject")]), saver
+        )
         running = asyncio.create_task(
             rejecting.ainvoke({"messages": [HumanMessage("再来", id="c")]}, thread("ab"))
         )
@@ -289,7 +293,7 @@ async def test_async_merge_burst_and_reject():
 def test_merge_and_presence_answer_a_burst_with_one_mention_once(held):
     """A burst whose messages differ only in the platform's @-flag is one turn, answered
     once because one of its messages mentions the persona; each keeps its speaker."""
-    model, graph = held.model, held.graph(group_reply="mentioned")
+    model, graph = held.model, held.graph(features=[GroupPresence(reply="mentioned")])
     flagged = SessionEnv(actor="group", mentioned=True)
 
     def send(message: HumanMessage, env: SessionEnv = GROUP) -> None:

@@ -11,7 +11,16 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.types import Command
 
-from graph import ManualExtractor, SessionEnv, Trusted, build_graph, open_checkpointer
+from graph import (
+    ManualExtractor,
+    ModelView,
+    SessionEnv,
+    Sessions,
+    Trusted,
+    Vision,
+    build_graph,
+    open_checkpointer,
+)
 from memory import MemoryItem, MemoryStore, Scope
 from memory.embedding import HashingEmbedding
 from nodes.context.attribution import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER
@@ -115,7 +124,7 @@ def test_memory_text_is_data_in_every_encoding(tmp_path, provider, env, layout):
     with MemoryStore.open(tmp_path / "memory", HashingEmbedding()) as store:
         store.add(MemoryItem(content=HOSTILE_MEMORY, kind="habit]\n[会话角色", scope=Scope.USER))
         config = make_config(
-            model, memory=store, extractor=ManualExtractor(), context_layout=layout
+            model, memory=store, extractor=ManualExtractor(), features=[ModelView(layout=layout)]
         )
         with open_checkpointer("memory") as saver:
             graph = build_graph(config, saver)
@@ -283,7 +292,9 @@ def test_a_tool_calling_its_own_session_is_refused_at_once():
     script = [tool_calls(call("ask_myself", "c1")), AIMessage("好"), AIMessage("好")]
     model = ScriptedChatModel(script=script)
     with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model, tools=[ask_myself], busy_timeout=30), saver)
+        graph = build_graph(
+            make_config(model, tools=[ask_myself], features=[Sessions(busy_timeout=30)]), saver
+        )
         graph.invoke({"messages": [HumanMessage("早")]}, thread("self"))
         graph.invoke({"messages": [HumanMessage("另一个会话")]}, thread("other"))
     assert type(outcome["error"]).__name__ == "SessionReentryError"
@@ -308,7 +319,9 @@ async def test_an_async_turn_calling_its_own_session_is_refused_at_once():
 
     model = ScriptedChatModel(script=[tool_calls(call("ask_myself", "c1")), AIMessage("好")])
     async with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model, tools=[ask_myself], busy_timeout=30), saver)
+        graph = build_graph(
+            make_config(model, tools=[ask_myself], features=[Sessions(busy_timeout=30)]), saver
+        )
         await graph.ainvoke({"messages": [HumanMessage("早")]}, thread("aself"))
     assert [type(e).__name__ for e in errors] == ["SessionReentryError"]
 
@@ -322,7 +335,7 @@ def test_an_image_over_the_limit_becomes_the_placeholder_before_anything_is_stor
     _, model = session
     big = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 4096).decode()
     with open_checkpointer("memory") as saver:
-        small = build_graph(make_config(model, max_image_bytes=1024), saver)
+        small = build_graph(make_config(model, features=[Vision(max_image_bytes=1024)]), saver)
         image = {"type": "image", "base64": big, "mime_type": "image/png"}
         small.invoke(
             {"messages": [HumanMessage([{"type": "text", "text": "看"}, image])]}, thread("i")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from langgraph_sdk import get_client
 
-from graph.builder import LOOP_NODES
+from nodes.core.stages import LOOP_NODES
 from studio.cli.serve import dev_command, dev_env
 from studio.demo.conversation import SUNSET_PNG
 from studio.memory_server import RECORD

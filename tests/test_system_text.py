@@ -23,7 +23,15 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StateUpdate
 
-from graph import SessionEnv, Trusted, build_graph, open_checkpointer
+from graph import (
+    Compaction,
+    Feature,
+    ModelView,
+    SessionEnv,
+    Trusted,
+    build_graph,
+    open_checkpointer,
+)
 from memory import MemoryItem, MemoryStore, Scope
 from memory.embedding import HashingEmbedding
 from nodes.compaction.summary import LLMCompactor
@@ -87,20 +95,22 @@ def via_display_name(graph: Any, session: dict, text: str) -> None:
     )
 
 
-FIELDS: dict[str, tuple[Field, dict[str, Any]]] = {
-    "working memory": (via_working_memory, {}),
-    "working memory by update_state": (via_update_state, {}),
-    "summary, structural": (via_structural_summary, {"max_context_tokens": 40}),
-    "summary, Trusted": (via_trusted_summary, {}),
-    "display name": (via_display_name, {}),
+FIELDS: dict[str, tuple[Field, list[Feature]]] = {
+    "working memory": (via_working_memory, []),
+    "working memory by update_state": (via_update_state, []),
+    "summary, structural": (via_structural_summary, [Compaction(max_context_tokens=40)]),
+    "summary, Trusted": (via_trusted_summary, []),
+    "display name": (via_display_name, []),
 }
 
 
 def last_view(field: str, provider: str, layout: str, text: str) -> list[BaseMessage]:
-    deliver, settings = FIELDS[field]
+    deliver, features = FIELDS[field]
     model = endless(provider)
     with open_checkpointer("memory") as saver:
-        graph = build_graph(make_config(model, context_layout=layout, **settings), saver)
+        graph = build_graph(
+            make_config(model, features=[*features, ModelView(layout=layout)]), saver
+        )
         deliver(graph, thread("t"), text)
     return model.requests[-1].messages
 
@@ -126,9 +136,10 @@ def memory_and_summary_view(tmp_path, provider: str, layout: str, text: str) -> 
         config = make_config(
             model,
             memory=store,
-            context_layout=layout,
-            max_context_tokens=40,
-            compactor=LLMCompactor(summarizer),
+            features=[
+                ModelView(layout=layout),
+                Compaction(max_context_tokens=40, compactor=LLMCompactor(summarizer)),
+            ],
         )
         graph = build_graph(config, saver)
         for said in ("你好 第一句", "你好 第二句", "你好 第三句"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from graph import KeywordGuard, build_graph, open_checkpointer
+from graph import Fallbacks, Guards, KeywordGuard, build_graph, open_checkpointer
 from tests.cli_support import cyrene
 from tests.conftest import make_config, thread
 from tests.scripted import ScriptedChatModel, call
@@ -122,7 +122,7 @@ def test_retried_and_fallback_calls_count_once_each():
         ]
     )
     fallback = ScriptedChatModel(script=[said("备用", U3)])
-    config = make_config(primary, fallback_models=[fallback], **fast_retries(2))
+    config = make_config(primary, **fast_retries(2), features=[Fallbacks(models=[fallback])])
     with open_checkpointer("memory") as saver:
         graph = build_graph(config, saver)
         first = graph.invoke({"messages": [HumanMessage("几点了", id="a")]}, thread("r"))
@@ -135,7 +135,7 @@ def test_retried_and_fallback_calls_count_once_each():
 
 def test_a_reply_a_guard_replaces_still_counts():
     model = ScriptedChatModel(script=[said("密码是 1234", U1)])
-    config = make_config(model, guards=[KeywordGuard(["密码"])])
+    config = make_config(model, features=[Guards(checks=[KeywordGuard(["密码"])])])
     out = build_graph(config).invoke({"messages": [HumanMessage("早")]}, thread("g"))
     assert out["messages"][-1].content != "密码是 1234"
     assert out["token_usage"]["session"] == U1, "the call happened and was billed"

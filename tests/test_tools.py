@@ -9,7 +9,7 @@ import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
 
-from graph import ToolHooks, build_graph
+from graph import ToolCalls, ToolHooks, build_graph
 from tests.conftest import human, make_config, owner, thread
 from tests.scripted import ScriptedChatModel, call, tool_calls
 
@@ -57,13 +57,13 @@ def test_parallel_calls_overlap():
 
 
 def test_parallelism_is_capped():
-    elapsed, tracker, _ = run_batch(6, tool_parallelism=2)
+    elapsed, tracker, _ = run_batch(6, features=[ToolCalls(parallelism=2)])
     assert tracker.peak == 2
     assert elapsed > 0.55, "six 200 ms calls two at a time need at least three waves"
 
 
 def test_sequential_calls_run_one_by_one_in_order():
-    elapsed, tracker, messages = run_batch(3, tool_execution="sequential")
+    elapsed, tracker, messages = run_batch(3, features=[ToolCalls(execution="sequential")])
     assert tracker.peak == 1
     assert tracker.order == [0, 1, 2]
     assert elapsed > 0.55
@@ -95,9 +95,9 @@ def test_hooks_see_batches_and_calls_and_may_veto():
     )
     batch = tool_calls(call("add", "c1", a=1, b=2), call("explode", "c2", reason="x"))
     model = ScriptedChatModel(script=[batch, AIMessage("ok")])
-    out = build_graph(make_config(model, hooks=hooks, tool_execution="sequential")).invoke(
-        {"messages": [human("go")]}, thread("h"), context=owner()
-    )
+    out = build_graph(
+        make_config(model, features=[ToolCalls(hooks=hooks, execution="sequential")])
+    ).invoke({"messages": [human("go")]}, thread("h"), context=owner())
     vetoed = next(
         m for m in out["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "c2"
     )
@@ -115,8 +115,8 @@ def test_a_failing_hook_is_logged_and_the_turn_goes_on(hook, caplog):
         raise RuntimeError("hook down")
 
     model = ScriptedChatModel(script=[tool_calls(call("add", "c1", a=1, b=2)), AIMessage("3")])
-    out = build_graph(make_config(model, hooks=ToolHooks(**{hook: broken}))).invoke(
-        {"messages": [human("1+2")]}, thread("f")
-    )
+    out = build_graph(
+        make_config(model, features=[ToolCalls(hooks=ToolHooks(**{hook: broken}))])
+    ).invoke({"messages": [human("1+2")]}, thread("f"))
     assert [m.content for m in out["messages"]][-2:] == ["3", "3"]
-    assert f"tool hook {hook} failed" in caplog.text
+    assert f"hook {hook} failed" in caplog.text

@@ -1,6 +1,6 @@
 """One turn at a time per session (thread id), and what a message arriving mid-turn gets.
 
-`LoopConfig.busy_policy` decides:
+`Sessions.busy_policy` decides:
 
 - `merge` (default): the call waits; when the running turn ends, one turn
   answers every message that waited (with the same `SessionEnv` and extra
@@ -39,8 +39,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from graph.sessions.inbox import Answered, Claim, Entry, PlaceLost, ProcessInbox, SessionInbox
+from graph.sessions.settings import BusyPolicy
 from graph.storage.checkpoint import PerSaver, database_of
-from nodes.core.config import BusyPolicy
 from nodes.core.env import SessionEnv
 from nodes.kernel.run_config import configurable, thread_id
 from nodes.kernel.steps import Either, Steps, Work

@@ -8,32 +8,33 @@ no tier lists are always advertised.
 
 The awake set lives in graph state as `{tier name: turn number of its last
 wake or use}`, so it is checkpointed and per session. `CapacityPolicy` is the
-configuration and its pure stepping; `WakeTiers` is the round policy that
-steps it before each model call and reports the events.
+feature's settings (an entry of `LoopConfig.features`) and its pure stepping;
+`WakeTiers` is the round policy that steps it before each model call and reports
+the events.
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from nodes.core.config import repeated
+from nodes.core.feature import Feature
 from nodes.core.policy import Round, RoundPolicy
-from nodes.core.state import turn_of
+from nodes.core.stages import Stages
+from nodes.core.state import LoopState, turn_of
+from nodes.kernel.hooks import run_hook
 from nodes.kernel.tool_results import was_executed
 from nodes.kernel.transcript import last_batch, latest_user_text
-from nodes.tools.hooks import run_hook
+
+if TYPE_CHECKING:
+    from nodes.core.loop import Loop
 
 REGEX_PREFIX = "re:"
-
-
-def repeated(names: Iterable[str]) -> list[str]:
-    """The names that occur more than once, sorted (for "must be unique" errors)."""
-    return sorted(name for name, count in Counter(names).items() if count > 1)
 
 
 class Tier(BaseModel):
@@ -89,8 +90,15 @@ class CapacityEvent:
         return asdict(self)
 
 
-class CapacityPolicy(BaseModel):
-    """Which tools the model is offered, tier by tier.
+class CapacityState(LoopState):
+    """The key capacity keeps in a session."""
+
+    capacity: NotRequired[dict[str, int]]
+    """Awake capacity tiers → the turn number they were last woken or used in."""
+
+
+class CapacityPolicy(Feature):
+    """Which tools the model is offered, tier by tier (no tiers: every tool, always).
 
     The first tier is awake from the start and never decays; the others wake
     on a trigger in the user's text or when the model uses one of their tools,
@@ -98,22 +106,30 @@ class CapacityPolicy(BaseModel):
     are always offered. The awake set lives in each session's state.
 
     Args:
-        tiers: at least one `Tier`, names unique; every tool a tier lists must
-            be one of `LoopConfig.tools` (checked when the config is built).
+        tiers: `Tier`s, names unique; every tool a tier lists must be one of the
+            loop's tools (checked when the `LoopConfig` is built).
+        on_event: receives each `CapacityEvent` (a tier waking or falling asleep).
 
     Raises:
-        pydantic.ValidationError: no tiers, repeated tier names, or a `re:`
-            trigger that is not a regular expression (a `ValueError`).
+        pydantic.ValidationError: repeated tier names, or a `re:` trigger that is
+            not a regular expression (a `ValueError`).
 
     Example:
-        >>> CapacityPolicy(tiers=[Tier(name="base", tools=["get_time"]),
-        ...                       Tier(name="notes", tools=["take_note"],
-        ...                            triggers=["笔记", "re:\\bnote\\b"], decay_turns=3)])
+        >>> LoopConfig(model=model, tools=[get_time, take_note], features=[
+        ...     CapacityPolicy(tiers=[Tier(name="base", tools=["get_time"]),
+        ...                           Tier(name="notes", tools=["take_note"],
+        ...                                triggers=["笔记", "re:\\bnote\\b"], decay_turns=3)])])
     """
 
-    model_config = ConfigDict(frozen=True)
+    state_schema = CapacityState
 
-    tiers: tuple[Tier, ...] = Field(min_length=1)
+    tiers: tuple[Tier, ...] = Field(
+        default=(),
+        description="`Tier(name, tools, triggers, decay_turns)`s: wake-style tool tiers; none = every tool is offered",
+    )
+    on_event: Callable[[CapacityEvent], None] | None = Field(
+        default=None, description="receives `capacity_awaken` / `capacity_sleep` events"
+    )
 
     @model_validator(mode="after")
     def _unique_names(self) -> CapacityPolicy:
@@ -121,9 +137,13 @@ class CapacityPolicy(BaseModel):
             raise ValueError(f"capacity: tier names must be unique, repeated: {dupes}")
         return self
 
-    def check_tools(self, known: Iterable[str]) -> None:
+    @property
+    def on(self) -> bool:
+        return bool(self.tiers)
+
+    def check_tools(self, tool_names: Sequence[str]) -> None:
         """Fail naming the tier when it lists a tool the loop does not have."""
-        known = set(known)
+        known = set(tool_names)
         for tier in self.tiers:
             unknown = sorted(set(tier.tools) - known)
             if unknown:
@@ -180,24 +200,26 @@ class CapacityPolicy(BaseModel):
 class WakeTiers(RoundPolicy):
     """Before each model call: wake tiers by trigger (a turn's first round) or by use (the
     batch that just ran), put tiers to sleep that went unused, and report each change
-    to `on_capacity` and the custom stream (on the node's first attempt only).
+    to `CapacityPolicy.on_event` and the custom stream (on the node's first attempt only).
 
     Only calls that actually ran count as use: a restricted denial or a veto is
     a soft result, so it can never wake a tier.
     """
 
-    def __init__(
-        self, policy: CapacityPolicy, on_capacity: Callable[[CapacityEvent], None] | None
-    ) -> None:
+    @classmethod
+    def for_loop(cls, loop: Loop, stages: Stages) -> Sequence[RoundPolicy]:
+        policy = loop.feature(CapacityPolicy)
+        return [cls(policy)] if policy.on else []
+
+    def __init__(self, policy: CapacityPolicy) -> None:
         self.policy = policy
-        self.on_capacity = on_capacity
-        self.blocking = on_capacity is not None
+        self.blocking = policy.on_event is not None
 
     def before_model(self, round: Round) -> None:
         calls, results = last_batch(round.messages) if round.number > 1 else ([], [])
         executed = {r.tool_call_id for r in results if was_executed(r)}
         awake, events = self.policy.step(
-            round.state.get("capacity"),
+            cast(CapacityState, round.state).get("capacity"),
             turn=turn_of(round.state),
             user_text=latest_user_text(round.messages) if round.number == 1 else None,
             used_tools=[c["name"] for c in calls if c["id"] in executed],
@@ -207,5 +229,5 @@ class WakeTiers(RoundPolicy):
             return
         for event in events:
             event = replace(event, session_id=round.session_id)
-            run_hook("on_capacity", self.on_capacity, event)
+            run_hook("on_event", self.policy.on_event, event)
             round.emit(event.to_dict())

@@ -1,4 +1,4 @@
-"""`compact`: compaction as a step of its own, in graphs built with `model_view_step`.
+"""`compact`: compaction as a step of its own, in graphs built with `ModelView(own_step=True)`.
 
 Studio's graph runs it so that each compaction shows as the node's update;
 any other graph compacts inside `call_model` (`nodes.compaction.policy`),
@@ -12,8 +12,7 @@ from typing import Any
 from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.runtime import Runtime
 
-from nodes.compaction.policy import compacted
-from nodes.compaction.summary import StructuralCompactor
+from nodes.compaction.policy import compacted, compactor_of
 from nodes.core.env import SessionEnv, env_of
 from nodes.core.loop import Loop
 from nodes.core.state import LoopState
@@ -21,7 +20,7 @@ from nodes.kernel.compat import sync_node
 
 
 def make_compact(loop: Loop) -> Runnable[Any, Any]:
-    compactor = loop.config.compactor or StructuralCompactor()
+    compactor = compactor_of(loop)
 
     def compact(
         state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]

@@ -1,15 +1,15 @@
 """Compaction: keep the model view under its token budget, and the checkpoints the size of it.
 
-Every round, before the model is called (the `Compaction` policy; in a graph
-built with `model_view_step`, the `compact` node does the same as a step of
-its own), a cheap check decides whether anything is due. When it is, two steps:
+Every round, before the model is called (the `CompactWhenDue` policy; in a graph
+built with `ModelView(own_step=True)`, the `compact` node does the same as a step
+of its own), a cheap check decides whether anything is due. When it is, two steps:
 
 1. **Summarise.** When the estimated view passes the budget
-   (`LoopConfig.max_context_tokens`, or the answering model's share with
+   (`Compaction.max_context_tokens`, or the answering model's share with
    `"auto"`), older turns fold into the running summary, down to half the
    budget: the boundary moves in steps, not every round, so the request's
    prefix stays the same between steps. The estimate is the view exactly as it
-   will be sent (attribution notes and `transform_context` included) except the
+   will be sent (attribution notes and the caller's transform included) except the
    memory block, which `memory_k` bounds; searching twice per round would
    double the retrieval cost. A compactor that fails or returns nothing is
    logged and the round goes on uncompacted.
@@ -23,19 +23,21 @@ its own), a cheap check decides whether anything is due. When it is, two steps:
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 
+from nodes.compaction.settings import Compaction, Compactor
 from nodes.compaction.summary import StructuralCompactor, TokenCounter, plan_cut, token_counter
 from nodes.context.assemble import round_blocks, view_blocks, view_of_state, visible_conversation
 from nodes.context.attribution import Speaker, describe_speaker, role_declaration, speaker_note
 from nodes.context.layout import system_messages
 from nodes.core.env import SessionEnv
 from nodes.core.policy import CallModel, CallSteps, ModelCall, Round, RoundPolicy
-from nodes.core.protocols import Compactor
+from nodes.core.stages import COMPACT, Stages
 from nodes.core.state import ArchiveMark, LoopState, Summary, turn_of, uncovered_start
 from nodes.kernel.compat import checkpointer_of, graph_namespace
 from nodes.kernel.run_config import thread_id
@@ -56,13 +58,23 @@ turns; written again every 25 turns, the walk stays within the one the transcrip
 needs anyway (the transcript snapshots every 100 updates)."""
 
 
+def context_budget(loop: Loop, persona_id: str | None) -> int:
+    """The compaction budget for the persona's model (0 = compaction off)."""
+    return loop.feature(Compaction).budget_for(loop.model_for(persona_id))
+
+
+def compactor_of(loop: Loop) -> Compactor:
+    """The configured compactor, or the structural one (no model call)."""
+    return loop.feature(Compaction).compactor or StructuralCompactor()
+
+
 def summarised(
     loop: Loop, compactor: Compactor, env: SessionEnv, state: LoopState
 ) -> Summary | None:
     """The new running summary when the view is over budget, else None."""
     persona_id = loop.persona_for(env)
     model = loop.model_for(persona_id)
-    budget = loop.context_budget(persona_id)
+    budget = context_budget(loop, persona_id)
     count = token_counter(model)
     messages, summary = state["messages"], state.get("summary")
     if budget <= 0 or not over_budget(loop, env, state, budget, count):
@@ -165,7 +177,7 @@ def compaction_due(loop: Loop, env: SessionEnv, state: LoopState) -> bool:
     """Whether a compaction step has work: the view passes its budget, or messages the
     summary covers are still in the window (a session written before the archive)."""
     persona_id = loop.persona_for(env)
-    budget = loop.context_budget(persona_id)
+    budget = context_budget(loop, persona_id)
     if budget <= 0:
         return False
     if uncovered_start(state["messages"], state.get("summary")) > 0:
@@ -193,17 +205,23 @@ def applied(state: LoopState, update: dict[str, Any]) -> LoopState:
     return cast(LoopState, {**state, **update, "messages": window})
 
 
-class Compaction(RoundPolicy):
+class CompactWhenDue(RoundPolicy):
     """Around the model call, outermost: compact when due, and send the view of the
     compacted state. The check is cheap and runs in place; summarising (an LLM compactor)
     and archiving (database writes) run as blocking work, only when due."""
+
+    @classmethod
+    def for_loop(cls, loop: Loop, stages: Stages) -> Sequence[RoundPolicy]:
+        # A graph whose `compact` is a step of its own (`stages.round_start`) compacts there.
+        on = loop.feature(Compaction).on and stages.round_start != COMPACT
+        return [cls(loop)] if on else []
 
     blocking = False
 
     def __init__(self, loop: Loop) -> None:
         self.loop = loop
-        self.compactor = loop.config.compactor or StructuralCompactor()
-        self.view_blocks = view_blocks(loop.config)
+        self.compactor = compactor_of(loop)
+        self.view_blocks = view_blocks(loop)
 
     def wrap_model_call(self, round: Round, request: ModelCall, call: CallModel) -> CallSteps:
         if not compaction_due(self.loop, round.env, round.state):

@@ -19,28 +19,15 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from nodes.core.protocols import Describe
+from nodes.compaction.settings import Describe
 from nodes.kernel.messages import message_text
 from nodes.kernel.text import as_data
 from nodes.kernel.transcript import turn_start
 
 log = logging.getLogger("cyrene.compaction")
 
-AUTO_SHARE = 0.5
-"""`max_context_tokens="auto"`: the share of the model's input window the view may fill
-(the rest is for the memory block, the turn's tool results and the reply)."""
-AUTO_FALLBACK = 16_000
-"""`max_context_tokens="auto"` for a model whose LangChain profile has no `max_input_tokens`."""
 CHARS_PER_TOKEN = 4.0  # count_tokens_approximately's default
 TokenCounter = Callable[[Sequence[BaseMessage]], int]
-
-
-def context_budget(setting: int | str, model: Any) -> int:
-    """The token budget compaction keeps the view under for `model` (0 = off)."""
-    if setting != "auto":
-        return int(setting)
-    window = (getattr(model, "profile", None) or {}).get("max_input_tokens")
-    return int(window * AUTO_SHARE) if isinstance(window, int) and window > 0 else AUTO_FALLBACK
 
 
 def plan_cut(

@@ -3,11 +3,11 @@
 Blocks: persona instructions, current time (only with a valid zone), working
 memory (the caller's text, as one line of data: `nodes.kernel.text.as_data`), memory block (retrieval re-run every round from the latest user
 text), the compaction summary when there is one, role declaration, and the
-conversation with speaker notes. `LoopConfig.context_layout` places them
+conversation with speaker notes. `ModelView.layout` places them
 (`nodes.context.layout`): by default round first (the
 round's blocks right after the instructions, which are always the first system message), or with the
 blocks that change every round last. Then the caller's
-`transform_context(messages, round)`. Nothing here is written to the
+`ModelView.transform(messages, round)`. Nothing here is written to the
 transcript.
 """
 
@@ -25,6 +25,7 @@ from memory.retrieval.block import format_memory_block
 from nodes.context.attribution import attribute_conversation
 from nodes.context.encoding import encode_for_provider, without_unsafe_names
 from nodes.context.layout import LAYOUTS, Blocks
+from nodes.context.settings import ModelView
 from nodes.context.summary import summary_message
 from nodes.core.env import SessionEnv
 from nodes.core.state import LoopState, Summary, uncovered_start
@@ -33,7 +34,6 @@ from nodes.kernel.text import as_data
 from nodes.kernel.transcript import current_round, is_hidden, latest_user_text
 
 if TYPE_CHECKING:
-    from nodes.core.config import LoopConfig
     from nodes.core.loop import Loop
 
 log = logging.getLogger("cyrene.context")
@@ -48,9 +48,10 @@ def time_block(now: datetime, zone: ZoneInfo) -> str:
     return f"当前时间：{local:%Y-%m-%d %H:%M}（星期{_WEEKDAYS[local.weekday()]}，{zone.key}）"
 
 
-def view_blocks(config: LoopConfig) -> bool:
-    """Whether assembling a view may block: it searches memory and runs `transform_context`."""
-    return config.memory is not None or config.transform_context is not None
+def view_blocks(loop: Loop) -> bool:
+    """Whether assembling a view may block: it searches memory and runs the caller's
+    transform."""
+    return loop.config.memory is not None or loop.feature(ModelView).transform is not None
 
 
 def memory_block(loop: Loop, env: SessionEnv, persona_id: str | None, query: str) -> str:
@@ -60,7 +61,10 @@ def memory_block(loop: Loop, env: SessionEnv, persona_id: str | None, query: str
         return ""
     try:
         results = store.search(
-            query, persona_id=persona_id, restricted=env.restricted, k=loop.config.memory_k
+            query,
+            persona_id=persona_id,
+            restricted=env.restricted,
+            k=loop.feature(ModelView).memory_k,
         )
     except Exception:
         log.exception("memory search failed; this round goes on without memories")
@@ -119,28 +123,30 @@ def assemble_view(
     attribution = attribute_conversation(
         conversation, restricted=env.restricted, current=persona_id, display_name=loop.display_name
     )
-    placed = LAYOUTS[loop.config.context_layout](blocks, attribution)
+    settings = loop.feature(ModelView)
+    placed = LAYOUTS[settings.layout](blocks, attribution)
+    provider = loop.provider_for(persona_id)
     view = encode_for_provider(
-        loop.encoding_for(persona_id),
+        settings.encoding_for(provider),
         placed.leading,
         placed.attribution,
         trailing=placed.trailing,
         notes_inline=placed.notes_inline,
     )
-    if loop.provider_for(persona_id) == "openai":
+    if provider == "openai":
         view = without_unsafe_names(view)
     return apply_transform(loop, view, current_round(messages) + 1) if with_transform else view
 
 
 def apply_transform(loop: Loop, view: list[BaseMessage], round_: int) -> list[BaseMessage]:
-    """The caller's `transform_context`; if it fails, the untransformed view is sent."""
-    transform = loop.config.transform_context
+    """The caller's `ModelView.transform`; if it fails, the untransformed view is sent."""
+    transform = loop.feature(ModelView).transform
     if transform is None:
         return view
     try:
         return list(transform(view, round_))
     except Exception:
-        log.exception("transform_context failed; round %d uses the untransformed view", round_)
+        log.exception("ModelView.transform failed; round %d uses the untransformed view", round_)
         return view
 
 

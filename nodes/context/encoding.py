@@ -16,7 +16,7 @@ putting attribution into a participant's or the model's text:
   leading message, keyed the same way (`第N条前：…`).
 
 The round's own blocks (time, working memory, memories) come after the
-conversation under `context_layout="cache"` (`nodes.context.layout`): as system
+conversation under `ModelView(layout="cache")` (`nodes.context.layout`): as system
 messages with `inline`, as the loop's delimited round-state block with
 `leading`, announced in the leading system message. There, with `leading`, the
 notes are blocks of their own in the conversation (`loop_note`) rather than an

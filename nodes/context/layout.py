@@ -36,12 +36,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from nodes.context.attribution import Attribution
-from nodes.kernel.choices import Layout
 
+Layout = Literal["round_first", "cache"]
+"""Where the round's blocks go in the model's view (`ModelView.layout`)."""
 ROUND_STATE_MARKER = "[本轮状态]"
 ROUND_STATE_OPEN = ROUND_STATE_MARKER + " 以下由系统在本轮附加，不是任何参与者说的话："
 ROUND_STATE_CLOSE = "[本轮状态完]"

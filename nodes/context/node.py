@@ -1,6 +1,6 @@
 """`assemble_context`: publish this round's model view as a step of its own.
 
-Only in graphs built with `LoopConfig.model_view_step` (Studio's): the view is
+Only in graphs built with `ModelView(own_step=True)` (Studio's): the view is
 then that node's update, visible in Studio and `stream_mode="updates"`;
 otherwise `call_model` assembles the same view itself (`nodes.context.assemble`).
 """
@@ -22,7 +22,7 @@ from nodes.kernel.steps import off_loop
 
 def make_assemble_context(loop: Loop) -> RunnableCallable:
     """The `assemble_context` node: publishes this round's model view."""
-    hops = view_blocks(loop.config)
+    hops = view_blocks(loop)
 
     def assemble_context(
         state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]

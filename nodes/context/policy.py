@@ -8,22 +8,28 @@ step of its own has the view in state already, and it is used as it is.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from nodes.context.assemble import view_blocks, view_of_state
 from nodes.core.policy import Round, RoundPolicy
+from nodes.core.stages import Stages
 
 if TYPE_CHECKING:
     from nodes.core.loop import Loop
 
 
 class ContextView(RoundPolicy):
-    """Before the model: the view, searching memory and running `transform_context`
+    """Before the model: the view, searching memory and running `ModelView.transform`
     (both may block)."""
+
+    @classmethod
+    def for_loop(cls, loop: Loop, stages: Stages) -> Sequence[RoundPolicy]:
+        return [cls(loop)]
 
     def __init__(self, loop: Loop) -> None:
         self.loop = loop
-        self.blocking = view_blocks(loop.config)
+        self.blocking = view_blocks(loop)
 
     def before_model(self, round: Round) -> None:
         assembled = round.state.get("model_view")

@@ -1,17 +1,20 @@
-"""`LoopConfig` and `Persona`: every knob of the loop, validated at the boundary.
+"""`LoopConfig` and `Persona`: what every turn needs, validated at the boundary.
 
-The table in docs/configuration.md lists every field. Validation happens when the config is built
-(so `build_graph(LoopConfig(...))` fails before any graph exists), and every
-error names the offending field.
+`LoopConfig` holds what every turn needs (the model, personas, tools, memory,
+durability) and the list of features and middleware; each feature's own
+settings live in its folder (`nodes.core.feature.Feature`). docs/configuration.md
+lists every field of each. Validation happens when the config is built (so
+`build_graph(LoopConfig(...))` fails before any graph exists), and every error
+names the offending field.
 """
 
 from __future__ import annotations
 
-import difflib
 import warnings
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from langchain_core.language_models import BaseChatModel
@@ -21,55 +24,83 @@ from langgraph.types import RetryPolicy
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from memory.protocols import Extractor, MemoryBackend
-from nodes.capacity.policy import CapacityEvent, CapacityPolicy, repeated
+from nodes.core.feature import Feature, refuse_unknown_fields
 from nodes.core.policy import RoundPolicy
-from nodes.core.protocols import Compactor, ImageDescriber, ReplyJudge
-from nodes.guards.policy import Guard
-from nodes.kernel.choices import GroupReply, Layout
 from nodes.kernel.provider_errors import retry_policy
-from nodes.tools.hooks import AuditEvent, ToolHooks
 
 ModelLike = BaseChatModel | str
-DEFAULT_REFUSAL = "抱歉，这个话题我不能继续。"
-BusyPolicy = Literal["merge", "enqueue", "reject"]
+FeatureT = TypeVar("FeatureT", bound=Feature)
 
 
-RENAMED_FIELDS = {
-    "model_retries": "retry",
-    "retry_initial_interval": "retry",
-    "retry_backoff": "retry",
-    "retry_max_interval": "retry",
-    "retry_jitter": "retry",
+MOVED_TO_FEATURES = {
+    "group_reply": ("GroupPresence", "reply"),
+    "reply_judge": ("GroupPresence", "judge"),
+    "max_context_tokens": ("Compaction", "max_context_tokens"),
+    "compactor": ("Compaction", "compactor"),
+    "capacity": ("CapacityPolicy", "tiers"),
+    "on_capacity": ("CapacityPolicy", "on_event"),
+    "guards": ("Guards", "checks"),
+    "refusal_text": ("Guards", "refusal_text"),
+    "vision": ("Vision", "describer"),
+    "model_accepts_images": ("Vision", "model_accepts_images"),
+    "max_image_bytes": ("Vision", "max_image_bytes"),
+    "thinking_budget": ("Thinking", "thinking_budget"),
+    "reasoning_effort": ("Thinking", "reasoning_effort"),
+    "show_thinking": ("Thinking", "show_thinking"),
+    "model_accepts_thinking": ("Thinking", "model_accepts_thinking"),
+    "fallback_models": ("Fallbacks", "models"),
+    "max_rounds": ("ToolCalls", "max_rounds"),
+    "tool_execution": ("ToolCalls", "execution"),
+    "tool_parallelism": ("ToolCalls", "parallelism"),
+    "hooks": ("ToolCalls", "hooks"),
+    "on_audit": ("ToolCalls", "on_audit"),
+    "context_layout": ("ModelView", "layout"),
+    "attribution_encoding": ("ModelView", "attribution_encoding"),
+    "memory_k": ("ModelView", "memory_k"),
+    "transform_context": ("ModelView", "transform"),
+    "model_view_step": ("ModelView", "own_step"),
+    "extraction_timeout": ("Extraction", "timeout"),
+    "on_turn_end": ("TurnEnd", "hook"),
+    "busy_policy": ("Sessions", "busy_policy"),
+    "busy_timeout": ("Sessions", "busy_timeout"),
 }
-"""Fields that became part of another (the old name's error says where it went)."""
+"""`LoopConfig` fields that became a feature's settings: old name → (feature, its field)."""
+MOVED_FIELDS = {
+    **dict.fromkeys(
+        (
+            "model_retries",
+            "retry_initial_interval",
+            "retry_backoff",
+            "retry_max_interval",
+            "retry_jitter",
+        ),
+        "part of 'retry'",
+    ),
+    **{
+        old: f"{kind}({field}=...) in features=[...] (from graph import {kind})"
+        for old, (kind, field) in MOVED_TO_FEATURES.items()
+    },
+}
+"""What an old field's error says: where it went."""
 
 
-def refuse_unknown_fields(cls: type[BaseModel], data: Any) -> Any:
-    """Refuse a field the model does not have, naming the closest real one: a typo such
-    as `max_context_tokenz=5` must fail, not leave the real knob at its default."""
-    if isinstance(data, dict):
-        fields = list(cls.model_fields)
-        for name in data:
-            if name in cls.model_fields:
-                continue
-            if (renamed := RENAMED_FIELDS.get(str(name))) in cls.model_fields:
-                hint = f"; it is now part of {renamed!r}"
-            else:
-                close = difflib.get_close_matches(str(name), fields, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"{cls.__name__}: unknown field {name!r}{hint}")
-    return data
+def repeated(names: Iterable[str]) -> list[str]:
+    """The names that occur more than once, sorted (for "must be unique" errors)."""
+    return sorted(name for name, count in Counter(names).items() if count > 1)
 
 
 class Persona(BaseModel):
     """One voice of the companion: its system prompt, display name and thinking knobs.
 
-    Knobs left at `None` inherit the loop-wide defaults in `LoopConfig`.
+    Knobs left at `None` inherit the loop-wide defaults (`Thinking` in `LoopConfig.features`).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True, extra="forbid")
 
-    _refuse_unknown = model_validator(mode="before")(refuse_unknown_fields)
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unknown(cls, data: Any) -> Any:
+        return refuse_unknown_fields(cls, data)
 
     name: str = Field(default="", description="Display name, e.g. 昔涟; empty means 'use the id'.")
     instructions: str = Field(default="", description="System prompt; always the first message.")
@@ -107,9 +138,17 @@ class Persona(BaseModel):
 
 
 class LoopConfig(BaseModel):
-    """Everything `build_graph` needs. Field order follows the table in docs/configuration.md.
+    """Everything `build_graph` needs: what every turn uses, then the features and
+    middleware. Field order follows the table in docs/configuration.md.
 
-    Unknown fields are refused, naming the closest real one.
+    A feature's own settings are one entry of `features` (`GroupPresence`,
+    `Compaction`, `CapacityPolicy`, `ToolCalls`, `ModelView`, …); a feature not
+    listed runs with its defaults. Unknown fields are refused, naming the closest
+    real one, or the feature a moved one went to.
+
+    Example:
+        >>> LoopConfig(model="openai:gpt-4o-mini", tools=[get_time],
+        ...            features=[GroupPresence(reply="mentioned"), Compaction(max_context_tokens=8000)])
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True, extra="forbid")
@@ -133,10 +172,6 @@ class LoopConfig(BaseModel):
         default=frozenset(),
         description="the only tools group/stranger sessions see or may run; others get `not_allowed` + an audit event",
     )
-    capacity: CapacityPolicy | None = Field(
-        default=None,
-        description="`CapacityPolicy(tiers=[Tier(name, tools, triggers, decay_turns)])`: wake-style tool tiers",
-    )
     memory: MemoryBackend | None = Field(
         default=None,
         description="a `MemoryStore` (or anything with `search` / `add_many`)",
@@ -150,60 +185,25 @@ class LoopConfig(BaseModel):
         default=None,
         description="IANA zone for the per-round time block; an invalid one warns and turns it off",
     )
-    max_rounds: int = Field(
-        default=8,
-        gt=0,
-        description="model calls per turn; the last round's calls get `round_limit` results",
+    clock: Callable[[], datetime] = Field(
+        default=lambda: datetime.now(UTC), description="the time source (tests pass a fixed one)"
     )
-    tool_execution: Literal["parallel", "sequential"] = Field(
-        default="parallel",
-        description='or `"sequential"` (one call at a time, in order)',
-    )
-    tool_parallelism: int = Field(default=4, gt=0, description="concurrent calls in a batch")
     durability: Literal["sync", "async", "exit"] = Field(
         default="sync",
         description='when a step\'s checkpoint is saved: `"sync"` before the next step starts (no finished tool call re-runs after a crash), `"async"` (LangGraph\'s default) or `"exit"`; a run\'s `durability=` wins',
     )
-    model_view_step: bool = Field(
-        default=False,
-        description="run `compact` and `assemble_context` as steps of their own, so each compaction and each round's model view is a node's update in Studio and `stream_mode=\"updates\"` (more checkpoints per round); off, `call_model` compacts and assembles the view itself",
+    retry: RetryPolicy | None = Field(
+        default_factory=lambda: retry_policy({}),
+        description="LangGraph's `RetryPolicy` for a model call (or a mapping of its arguments): by default 3 attempts, 0.5 s then 1 s apart plus jitter, on transient errors only (429, 5xx, timeouts, dropped connections: `is_transient`); `None` = off",
     )
-    max_context_tokens: int | Literal["auto"] = Field(
-        default="auto",
-        description='compaction budget in tokens: `"auto"` takes half the answering model\'s input window from its LangChain profile (`max_input_tokens`), or 16,000 when the profile has none; `0` = off. Older messages the summary covers move to the transcript archive, so a long session costs the same per turn',
-    )
-    compactor: Compactor | None = Field(
-        default=None,
-        description="structural (no model call) when unset; `LLMCompactor(model)` writes incremental summaries",
-    )
-    vision: BaseChatModel | ImageDescriber | None = Field(
-        default=None,
-        description="a vision chat model or `describe(block) -> str`; `None` passes images through",
-    )
-    model_accepts_images: bool | None = Field(
-        default=None,
-        description="keep images for the main model; `None` reads the model's LangChain profile",
-    )
-    max_image_bytes: int = Field(
-        default=10 * 1024 * 1024,
+    model_timeout: float | None = Field(
+        default=120.0,
         gt=0,
-        description="larger images become a placeholder, never an exception",
+        description="seconds a model call may take, the whole streamed reply included; a slower one is abandoned and counts as a transient error (`None` = no limit, as the provider SDKs under LangChain have none)",
     )
-    transform_context: Callable[[list[Any], int], list[Any]] | None = Field(
-        default=None,
-        description="`(messages, round) -> messages`, last step of every view",
-    )
-    guards: Sequence[Guard] = Field(
+    features: Sequence[Feature] = Field(
         default=(),
-        description="`Guard`s (`check_request` / `check_response`); a block ends the turn with `refusal_text`",
-    )
-    hooks: ToolHooks = Field(
-        default_factory=ToolHooks,
-        description="`before_batch`, `after_batch`, `before_call` (may veto), `after_call`",
-    )
-    policies: Sequence[RoundPolicy] = Field(
-        default=(),
-        description="your own `RoundPolicy`s, run after the built-in ones in this order (`before_model`, `wrap_model_call`, `after_model`; see `nodes.core.policy`)",
+        description="each feature's settings, one entry per feature (`GroupPresence`, `Compaction`, `CapacityPolicy`, `ToolCalls`, `ModelView`, `Guards`, `Vision`, `Thinking`, `Fallbacks`, `Extraction`, `TurnEnd`, `Sessions`); one not listed runs with its defaults (the tables below)",
     )
     middleware: Sequence[Any] = Field(
         default=(),
@@ -212,90 +212,34 @@ class LoopConfig(BaseModel):
             'docs/configuration.md "LangChain middleware")'
         ),
     )
-    on_audit: Callable[[AuditEvent], None] | None = Field(
-        default=None,
-        description="receives `AuditEvent`s of restricted denials (`graph.sinks.JsonlSink` writes JSON lines)",
-    )
-    on_capacity: Callable[[CapacityEvent], None] | None = Field(
-        default=None,
-        description="receives `capacity_awaken` / `capacity_sleep` events",
-    )
-    on_turn_end: Callable[[str, str, str | None], Any] | None = Field(
-        default=None,
-        description="`(user_text, assistant_text, persona_id) -> mood`",
-    )
-    thinking_budget: int | None = Field(
-        default=None,
-        ge=0,
-        description="thinking tokens a reply may spend (Anthropic `budget_tokens`, Gemini `thinking_budget`), for personas that set none",
-    )
-    reasoning_effort: str | None = Field(
-        default=None,
-        description="how hard a reasoning model thinks (OpenAI `reasoning_effort`, Ollama `reasoning`), for personas that set none",
-    )
-    show_thinking: bool = Field(
-        default=True,
-        description="stream a reply's thinking to the caller, for personas that set nothing; `False` keeps it out of the stream, not the transcript",
-    )
-    model_accepts_thinking: bool | None = Field(
-        default=None,
-        description="whether the model takes the thinking knobs, for personas that set nothing; `None` reads its LangChain profile (`reasoning_output`: a model that does not reason is sent none, logged once; one without a profile is sent them), `True`/`False` decide for the persona's own model (fallbacks go by their profile)",
-    )
-    refusal_text: str = Field(default=DEFAULT_REFUSAL, description="what a blocked turn answers")
-    attribution_encoding: Literal["auto", "inline", "leading"] = Field(
-        default="auto",
-        description='`"inline"` (each attribution note a system message in place: OpenAI-style providers) or `"leading"` (one leading system message with a note index: single-system-message providers); `"auto"` picks per provider',
-    )
-    context_layout: Layout = Field(
-        default="round_first",
-        description='`"round_first"`: the blocks of the round first (instructions, time, working memory, memories, summary, role declaration, conversation); `"cache"`: what stays the same between rounds first (instructions, role declaration, summary, conversation), time, working memory and memories at the end, with Anthropic `cache_control` breakpoints, so providers can reuse the cached prefix (docs/providers.md "What the model sees")',
-    )
-    extraction_timeout: float = Field(
-        default=60.0,
-        gt=0,
-        description="seconds a background extraction may take; late results are discarded",
-    )
-    memory_k: int = Field(default=8, gt=0, description="memories per block")
-    clock: Callable[[], datetime] = Field(
-        default=lambda: datetime.now(UTC), description="the time source (tests pass a fixed one)"
-    )
-    retry: RetryPolicy | None = Field(
-        default_factory=lambda: retry_policy({}),
-        description="LangGraph's `RetryPolicy` for a model call (or a mapping of its arguments): by default 3 attempts, 0.5 s then 1 s apart plus jitter, on transient errors only (429, 5xx, timeouts, dropped connections: `is_transient`); `None` = off",
-    )
-    fallback_models: Sequence[ModelLike] = Field(
+    policies: Sequence[RoundPolicy] = Field(
         default=(),
-        description='chat models or `"provider:model"` strings tried in order, once each, after the persona\'s model failed and its retries are spent',
-    )
-    model_timeout: float | None = Field(
-        default=120.0,
-        gt=0,
-        description="seconds a model call may take, the whole streamed reply included; a slower one is abandoned and counts as a transient error (`None` = no limit, as the provider SDKs under LangChain have none)",
-    )
-    busy_policy: BusyPolicy = Field(
-        default="merge",
-        description='a message sent while its session runs a turn: `"merge"` waits, and one next turn answers every waiting message (each keeps its speaker); `"enqueue"` waits for a turn of its own, in arrival order; `"reject"` raises `SessionBusyError` at once',
-    )
-    busy_timeout: float = Field(
-        default=300.0,
-        gt=0,
-        description="seconds a message may wait for its session; then `SessionWaitTimeout` (a `TimeoutError`) and the message is not stored",
-    )
-    group_reply: GroupReply = Field(
-        default="always",
-        description='which group-chat turns the companion answers: `"always"` (every turn); `"mentioned"`: a message names the persona or a nickname, or the platform says so (`SessionEnv(mentioned=True)`); `"judged"`: `reply_judge` decides. A quiet turn stores the message and calls no model; owner and stranger chats always answer',
-    )
-    reply_judge: ReplyJudge | None = Field(
-        default=None,
-        description='with `group_reply="judged"`: a `ReplyJudge` (`ReplyScorer()`, offline, when unset; `LLMReplyJudge(model)`)',
+        description="your own `RoundPolicy`s, run after the built-in ones in this order (`before_model`, `wrap_model_call`, `after_model`; see `nodes.core.policy`)",
     )
 
-    _refuse_unknown = model_validator(mode="before")(refuse_unknown_fields)
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unknown(cls, data: Any) -> Any:
+        return refuse_unknown_fields(cls, data, MOVED_FIELDS)
 
     @field_validator("retry", mode="before")
     @classmethod
     def _as_retry_policy(cls, value: Any) -> RetryPolicy | None:
         return retry_policy(value)
+
+    @field_validator("features", mode="before")
+    @classmethod
+    def _check_features(cls, value: Any) -> tuple[Feature, ...]:
+        features = tuple(value or ())
+        for index, feature in enumerate(features):
+            if not isinstance(feature, Feature):
+                raise ValueError(
+                    f"features[{index}]: expected a feature's settings (GroupPresence, "
+                    f"Compaction, …), got {type(feature).__name__}"
+                )
+        if dupes := repeated(type(f).__name__ for f in features):
+            raise ValueError(f"features: each feature once, repeated: {dupes}")
+        return features
 
     @field_validator("policies", mode="before")
     @classmethod
@@ -322,13 +266,6 @@ class LoopConfig(BaseModel):
                         f"got {type(each).__name__}"
                     )
         return middleware
-
-    @field_validator("max_context_tokens")
-    @classmethod
-    def _budget_not_negative(cls, value: int | str) -> int | str:
-        if isinstance(value, int) and value < 0:
-            raise ValueError("max_context_tokens: must be 0 (off), a positive number or 'auto'")
-        return value
 
     @field_validator("tools", mode="before")
     @classmethod
@@ -368,13 +305,31 @@ class LoopConfig(BaseModel):
         unknown = sorted(self.restricted_tools - set(self.tool_names))
         if unknown:
             raise ValueError(f"restricted_tools: {unknown} are not among the configured tools")
-        if self.capacity is not None:
-            self.capacity.check_tools(self.tool_names)
-        if self.reply_judge is not None and self.group_reply != "judged":
-            raise ValueError(
-                f"reply_judge: only used with group_reply='judged' (it is {self.group_reply!r})"
-            )
+        for feature in self.features:
+            feature.check_tools(self.tool_names)
         return self
+
+    def feature(self, kind: type[FeatureT]) -> FeatureT:
+        """The settings of the feature `kind`: the entry in `features`, else its defaults.
+
+        Example:
+            >>> config.feature(Compaction).max_context_tokens
+            'auto'
+        """
+        for feature in self.features:
+            if type(feature) is kind:
+                return feature
+        return kind.defaults()
+
+    def with_features(self, *features: Feature) -> LoopConfig:
+        """A copy whose `features` hold these, each in place of the entry of its kind.
+
+        Example:
+            >>> quiet = config.with_features(GroupPresence(reply="mentioned"))
+        """
+        kinds = {type(f) for f in features}
+        kept = [f for f in self.features if type(f) not in kinds]
+        return self.model_copy(update={"features": (*kept, *features)})
 
     @property
     def tool_names(self) -> list[str]:

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from zoneinfo import ZoneInfo
 
 from langchain_core.language_models import BaseChatModel
@@ -20,20 +20,19 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from nodes.compaction.summary import context_budget
-from nodes.context.encoding import ENCODING_BY_PROVIDER, Encoding
 from nodes.core.protocols import TranscriptArchive
-from nodes.extraction.background import BackgroundJobs
 from nodes.kernel.compat.sdk_clients import single_attempt
 from nodes.kernel.extras import missing_extra
 from nodes.kernel.messages import last_human
 from nodes.kernel.providers import Provider, provider_of, with_stream_usage
 from nodes.kernel.run_config import thread_id
-from nodes.thinking.knobs import Knobs
 
 if TYPE_CHECKING:
     from nodes.core.config import LoopConfig, Persona
     from nodes.core.env import SessionEnv
+    from nodes.core.feature import Feature
+
+FeatureT = TypeVar("FeatureT", bound="Feature")
 
 log = logging.getLogger("cyrene.loop")
 TRACE_SESSION, TRACE_ACTOR, TRACE_PERSONA, TRACE_ROUND = (
@@ -75,6 +74,13 @@ def for_call_model(model: BaseChatModel, timeout: float | None) -> BaseChatModel
     return with_stream_usage(model) if provider_of(model) == "openai" else model
 
 
+def answering_model(
+    model: BaseChatModel | str, field_name: str, config: LoopConfig
+) -> BaseChatModel:
+    """A model the loop answers with, resolved and prepared as `call_model` sends it."""
+    return for_call_model(resolve_model(model, field_name), config.model_timeout)
+
+
 @dataclass
 class Loop:
     """Resolved configuration plus the small lookups every node needs."""
@@ -84,13 +90,12 @@ class Loop:
     default_model: BaseChatModel
     persona_models: dict[str, BaseChatModel] = field(default_factory=dict)
     tools_by_name: dict[str, BaseTool] = field(default_factory=dict)
-    fallback_models: tuple[BaseChatModel, ...] = ()
     archives: Callable[[BaseCheckpointSaver], TranscriptArchive | None] = lambda saver: None
     """The transcript archive beside a saver's checkpoints (the graph layer provides it)."""
-    jobs: BackgroundJobs = field(default_factory=BackgroundJobs)
     providers: dict[int, tuple[BaseChatModel, Provider]] = field(default_factory=dict, repr=False)
     memo: dict[Any, Any] = field(default_factory=dict, repr=False)
-    """Values worked out once per built graph (compaction's token allowances, say)."""
+    """Values a feature works out once per built graph (compaction's token allowances, the
+    background extraction's handle): `remembered`."""
 
     @classmethod
     def from_config(
@@ -98,32 +103,22 @@ class Loop:
         config: LoopConfig,
         archives: Callable[[BaseCheckpointSaver], TranscriptArchive | None] = lambda saver: None,
     ) -> Loop:
-        def answering(model: BaseChatModel | str, field_name: str) -> BaseChatModel:
-            return for_call_model(resolve_model(model, field_name), config.model_timeout)
-
         return cls(
             config=config,
             zone=config.zone(),
-            default_model=answering(config.model, "model"),
+            default_model=answering_model(config.model, "model", config),
             persona_models={
-                pid: answering(p.model, f"personas[{pid!r}].model")
+                pid: answering_model(p.model, f"personas[{pid!r}].model", config)
                 for pid, p in config.personas.items()
                 if p.model is not None
             },
             tools_by_name={t.name: t for t in config.all_tools},
-            fallback_models=tuple(
-                answering(model, f"fallback_models[{i}]")
-                for i, model in enumerate(config.fallback_models)
-            ),
-            jobs=BackgroundJobs(timeout=config.extraction_timeout),
             archives=archives,
         )
 
-    @property
-    def stages_before_model(self) -> bool:
-        """Whether a turn runs a stage before `call_model`: vision, or the view step (which
-        also makes compaction a step of its own)."""
-        return self.config.vision is not None or self.config.model_view_step
+    def feature(self, kind: type[FeatureT]) -> FeatureT:
+        """The settings of the feature `kind` (`LoopConfig.feature`)."""
+        return self.config.feature(kind)
 
     # -- persona ---------------------------------------------------------
     def persona_for(self, env: SessionEnv) -> str | None:
@@ -144,20 +139,6 @@ class Loop:
         persona = self.persona(persona_id)
         return persona.name if persona else ""
 
-    def knobs_for(self, persona_id: str | None) -> Knobs:
-        persona, cfg = self.persona(persona_id), self.config
-
-        def pick(name: str) -> Any:
-            value = getattr(persona, name, None) if persona else None
-            return getattr(cfg, name) if value is None else value
-
-        return Knobs(
-            pick("thinking_budget"),
-            pick("reasoning_effort"),
-            pick("show_thinking"),
-            pick("model_accepts_thinking"),
-        )
-
     def model_for(self, persona_id: str | None) -> BaseChatModel:
         return self.persona_models.get(persona_id or "", self.default_model)
 
@@ -166,10 +147,6 @@ class Loop:
         if key not in self.memo:
             self.memo[key] = compute()
         return self.memo[key]
-
-    def context_budget(self, persona_id: str | None) -> int:
-        """The compaction budget for the persona's model (0 = compaction off)."""
-        return context_budget(self.config.max_context_tokens, self.model_for(persona_id))
 
     def provider_for(self, persona_id: str | None) -> Provider:
         """The provider family of the persona's model."""
@@ -182,12 +159,6 @@ class Loop:
         if known is None or known[0] is not model:
             known = self.providers[id(model)] = (model, provider_of(model))
         return known[1]
-
-    def encoding_for(self, persona_id: str | None) -> Encoding:
-        """The configured attribution encoding, or the one the persona's provider needs."""
-        if self.config.attribution_encoding != "auto":
-            return self.config.attribution_encoding
-        return ENCODING_BY_PROVIDER[self.provider_for(persona_id)]
 
     # -- run facts -------------------------------------------------------
     def now(self) -> datetime:

@@ -24,6 +24,10 @@ checkpoint of the SQLite saver: four a turn).
 the thread's first turn and never again: its reducer keeps the first value, and no
 door takes it from a caller (`nodes.core.env.bound_env` reads it for every later run).
 
+A feature's own keys (a group turn's `presence` decision, awake capacity tiers,
+token usage, pending extractions, …) are declared in its folder
+(`nodes.core.feature.Feature.state_schema`).
+
 `model_view` is the per-round assembled model input. It is an
 `UntrackedValue`: visible to the next node and in Studio's updates, but never
 checkpointed and never part of the transcript.
@@ -32,10 +36,9 @@ checkpointed and never part of the transcript.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, NotRequired, TypedDict
+from typing import Annotated, NotRequired, TypedDict
 
 from langchain_core.messages import AnyMessage, BaseMessage
-from langchain_core.messages.ai import UsageMetadata
 from langgraph.channels.untracked_value import UntrackedValue
 
 from nodes.core.reducers import latest_summary, merge_transcript
@@ -101,82 +104,23 @@ class RunInput(TurnInput, total=False):
     opened_as: OpenedAs
 
 
-class PendingExtraction(TypedDict):
-    """A turn's background extraction, recorded in the checkpoint before the turn returns.
-
-    Enough to run it again after a crash: the transcript is in the same
-    checkpoint, so the snapshot is every visible message up to `boundary`.
-    """
-
-    key: str
-    """Identity of the extraction (thread + boundary); the ledger's record id."""
-    boundary: str
-    """Id of the turn's last message: the snapshot ends there."""
-    session_id: str | None
-    """Provenance stamped on the memories: the run's session."""
-    message_id: str | None
-    """Provenance stamped on the memories: the turn's inbound message."""
-    persona_id: str | None
-    """The persona that produced the turn (persona-scope memories go there)."""
-    thread: NotRequired[str | None]
-    """The session (thread) it belongs to: a session's extractions run in turn order."""
-    order: NotRequired[int]
-    """The turn's number in its session (entries saved before orders were kept: 0)."""
-
-
-class TokenUsage(TypedDict):
-    """Tokens the session's model calls used, as the providers reported them (LangChain's
-    `usage_metadata`, cached input in `input_token_details.cache_read`); written by
-    `nodes.token_accounting.policy`. Calls that reported nothing are not in it."""
-
-    turn_id: str | None
-    """The turn `calls` and `turn` belong to: the id of its opening message."""
-    calls: list[UsageMetadata]
-    """That turn's model calls, in order (a retried or fallback call once each)."""
-    turn: NotRequired[UsageMetadata]
-    """The sum of `calls` (absent when none reported usage)."""
-    session: NotRequired[UsageMetadata]
-    """The sum over every call of the session."""
-
-
-class PresenceRecord(TypedDict):
-    """Whether the companion answers a group turn, and why (`nodes.presence.policy`)."""
-
-    reply: bool
-    reason: str
-    heard: str | None
-    """Id of the newest message the decision heard: the turn it belongs to."""
-    policy: str
-    """`LoopConfig.group_reply` when it was made (`"mentioned"` or `"judged"`)."""
-
-
 class LoopState(TypedDict):
-    """Checkpointed per-thread state."""
+    """Checkpointed per-thread state: the transcript and what every floor reads of it.
+
+    Each feature adds its own keys (its `Feature.state_schema`: `presence`,
+    `capacity`, `token_usage`, …); the graph's state is this with every feature's keys
+    and every middleware's (`graph.builder`).
+    """
 
     messages: Annotated[list[AnyMessage], DeltaChannel(merge_transcript)]
     opened_as: NotRequired[Annotated[OpenedAs, first_opened]]
     """The actor the thread was opened as (written once, with its first turn)."""
     working_memory: NotRequired[str]
     """Caller-provided working-memory summary, rendered as `工作记忆: …`."""
-    mood: NotRequired[Any]
-    """What `on_turn_end` returned for the latest finished turn."""
     summary: NotRequired[Annotated[Summary, DeltaChannel(latest_summary, snapshot_frequency=1)]]
     """Compaction's running summary and the last message it covers (the transcript stays whole)."""
     archived: NotRequired[ArchiveMark]
     """The part of the transcript moved to the archive (absent: none)."""
-    image_descriptions: NotRequired[dict[str, str]]
-    """Vision cache for this session: image hash → description."""
-    capacity: NotRequired[dict[str, int]]
-    """Awake capacity tiers → the turn number they were last woken or used in."""
-    token_usage: NotRequired[TokenUsage]
-    """Tokens used per call, per turn and per session (absent until a provider reports any)."""
-    pending_extractions: NotRequired[list[PendingExtraction]]
-    """Background extractions not yet seen done or lost (see `nodes.extraction.node`)."""
-    extracted_turn: NotRequired[str]
-    """Id of the message that opened the latest turn `extract_memory` ran for (a turn opened
-    after it and before the current one died before that node; see `nodes.extraction.node`)."""
-    presence: NotRequired[PresenceRecord]
-    """The latest group turn's decision to answer or stay quiet (group_reply other than always)."""
     model_view: NotRequired[Annotated[list[AnyMessage], UntrackedValue(list)]]
     """The assembled model input of the current round (not checkpointed)."""
 

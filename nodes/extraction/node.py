@@ -44,11 +44,17 @@ from langgraph.runtime import Runtime
 from memory.items import Source
 from nodes.core.env import SessionEnv, env_of
 from nodes.core.loop import Loop
-from nodes.core.state import LoopState, PendingExtraction
-from nodes.extraction.background import ExtractionJob
+from nodes.extraction.background import BackgroundJobs, ExtractionJob
 from nodes.extraction.ledger import Record, extraction_ledger_for
 from nodes.extraction.planning import apply_changes, plan_extraction
 from nodes.extraction.plans import planned_once
+from nodes.extraction.settings import (
+    EXTRACTED_TURN,
+    PENDING,
+    Extraction,
+    ExtractionState,
+    PendingExtraction,
+)
 from nodes.kernel.compat import sync_node
 from nodes.kernel.messages import last_human
 from nodes.kernel.run_config import thread_id
@@ -63,14 +69,17 @@ from nodes.kernel.transcript import (
 
 log = logging.getLogger("cyrene.memory")
 
-PENDING = "pending_extractions"
-EXTRACTED_TURN = "extracted_turn"
 TURN_OPENED = "turn"
 """Annotation of the first message of a run's input: the run's `SessionEnv` fields, with
 the persona it answers as."""
 TURN_EXTRACTS = "extracts"
 """Beside `TURN_OPENED`: whether the run had an extractor (only such turns are recovered);
 a record without it was written when only such runs kept one."""
+
+
+def background_jobs(loop: Loop) -> BackgroundJobs:
+    """The graph's handle on the process-wide background pipeline (its deadline, its counts)."""
+    return loop.remembered(BackgroundJobs, lambda: BackgroundJobs(loop.feature(Extraction).timeout))
 
 
 def extraction_key(thread_id: str | None, boundary: str) -> str:
@@ -246,14 +255,14 @@ def resubmit(
     kept: list[PendingExtraction] = []
     for entry in pending:
         key = entry["key"]
-        if loop.jobs.settled(key):
+        if background_jobs(loop).settled(key):
             continue
-        if not loop.jobs.known(key):
+        if not background_jobs(loop).known(key):
             snapshot = snapshot_until(messages, entry["boundary"])
             job = job_for(loop, entry, snapshot or [])
             if snapshot is None:  # marked lost, unless another process already ran it
                 job.abandon = "cannot run: its turn is no longer in the transcript"
-            loop.jobs.submit(job, backlog)
+            background_jobs(loop).submit(job, backlog)
         kept.append(entry)
     return kept
 
@@ -294,7 +303,7 @@ def extract_turn(
         order=archived + turn_number(messages),
     )
     if getattr(extractor, "background", False):
-        loop.jobs.submit(job_for(loop, entry, snapshot), backlog)
+        background_jobs(loop).submit(job_for(loop, entry, snapshot), backlog)
         return [entry]
     plan = partial(
         plan_extraction, extractor, snapshot, store, persona_id=persona_id, source=source
@@ -328,7 +337,7 @@ def extract_turns(
 
 def make_extract_memory(loop: Loop) -> Runnable[Any, Any]:
     def extract_memory(
-        state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]
+        state: ExtractionState, config: RunnableConfig, runtime: Runtime[SessionEnv]
     ) -> dict[str, Any]:
         """Run the extractor on this turn (in the background if it asks), and on the turns
         whose runs died before getting here; never in group/stranger chats."""

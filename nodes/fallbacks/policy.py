@@ -27,10 +27,13 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from langgraph.errors import GraphBubbleUp
-from langgraph.types import RetryPolicy
 
 from nodes.context.assemble import view_blocks, view_of_state
+from nodes.context.settings import ModelView
+from nodes.core.loop import answering_model
 from nodes.core.policy import CallModel, CallSteps, ModelCall, Round, RoundPolicy
+from nodes.core.stages import Stages
+from nodes.fallbacks.settings import Fallbacks
 from nodes.kernel.provider_errors import refused_status, retries_on
 from nodes.kernel.steps import Work
 
@@ -45,15 +48,20 @@ class FallbackModels(RoundPolicy):
     the attempt it gave up on and how to resume.
     """
 
+    @classmethod
+    def for_loop(cls, loop: Loop, stages: Stages) -> Sequence[RoundPolicy]:
+        return [cls(loop)]
+
     blocking = False
 
-    def __init__(
-        self, loop: Loop, models: Sequence[BaseChatModel], retry: RetryPolicy | None
-    ) -> None:
+    def __init__(self, loop: Loop) -> None:
         self.loop = loop
-        self.models = tuple(models)
-        self.retry = retry
-        self.view_blocks = view_blocks(loop.config)
+        self.models = tuple(
+            answering_model(model, f"Fallbacks.models[{index}]", loop.config)
+            for index, model in enumerate(loop.feature(Fallbacks).models)
+        )
+        self.retry = loop.config.retry
+        self.view_blocks = view_blocks(loop)
 
     def wrap_model_call(self, round: Round, request: ModelCall, call: CallModel) -> CallSteps:
         try:
@@ -82,7 +90,8 @@ class FallbackModels(RoundPolicy):
         fallback = replace(self.loop, default_model=model, persona_models={})
 
         def shape(of: Loop) -> tuple[Any, bool]:
-            return of.encoding_for(round.persona_id), of.provider_for(round.persona_id) == "openai"
+            provider = of.provider_for(round.persona_id)
+            return of.feature(ModelView).encoding_for(provider), provider == "openai"
 
         if shape(fallback) == shape(self.loop):
             return view

@@ -10,10 +10,5 @@ from typing import Literal, get_args
 
 Actor = Literal["owner", "group", "stranger", "internal"]
 """Who is on the other side of a session (`SessionEnv.actor`)."""
-GroupReply = Literal["always", "mentioned", "judged"]
-"""Which group turns the companion answers (`LoopConfig.group_reply`)."""
-Layout = Literal["round_first", "cache"]
-"""Where the round's blocks go in the model's view (`LoopConfig.context_layout`)."""
 
 ACTORS: tuple[str, ...] = get_args(Actor)
-GROUP_REPLIES: tuple[str, ...] = get_args(GroupReply)

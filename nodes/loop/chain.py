@@ -1,10 +1,11 @@
 """The loop's round policies, in order, and the folds `call_model` runs over them.
 
 `round_policies` builds the chain from a `LoopConfig` at build time: each
-built-in behaviour that the config switches on, then the caller's own
-`LoopConfig.policies`. Order matters where policies meet:
+built-in behaviour whose feature the config switches on (one line each in
+`BUILT_IN`), then the caller's own `LoopConfig.policies`. Order matters where
+policies meet:
 
-    Presence        before, first: a quiet group turn builds no view, wakes no
+    DecidePresence  before, first: a quiet group turn builds no view, wakes no
                     tier and calls no model
     StableCallIds   after: ids before anything pairs or replaces the reply
     WakeTiers       before: capacity, so the tool offer sees awake tiers
@@ -15,7 +16,7 @@ built-in behaviour that the config switches on, then the caller's own
                     own wrappers, after the guards and before labels and limits
     ContextView     before: the view
     ToolOffer       before: the tools
-    Compaction      around, outermost: when due, compacts and sends the new view
+    CompactWhenDue  around, outermost: when due, compacts and sends the new view
                     (not in graphs where `compact` is a step of its own)
     FallbackModels  around: each fallback gets the inner wrappers too, and the
                     compacted state
@@ -23,7 +24,7 @@ built-in behaviour that the config switches on, then the caller's own
                     once; outside the gate, which hands back the whole reply
     ThinkingKnobs   around: knobs in the called provider's spelling, the gate
     PromptCacheBreakpoints  around: Anthropic's `cache_control` marks on the
-                    called model's copy of the view (`context_layout="cache"`)
+                    called model's copy of the view (`ModelView(layout="cache")`)
     PersonaLabel    after
     ClosingResults  after: calls that must never run
     RoundLimit      after: calls past the last round
@@ -36,14 +37,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from langchain_core.messages import BaseMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.func import task
 
 from nodes.capacity.policy import WakeTiers
-from nodes.compaction.policy import Compaction
+from nodes.compaction.policy import CompactWhenDue
 from nodes.context.policy import ContextView
 from nodes.core.policy import (
     CallModel,
@@ -55,11 +56,12 @@ from nodes.core.policy import (
     RoundPolicy,
     hooks_block,
 )
+from nodes.core.stages import Stages
 from nodes.fallbacks.policy import FallbackModels
 from nodes.guards.policy import Guardrails
 from nodes.kernel.steps import Either
-from nodes.middleware.hooks import MiddlewareHooks, check_middleware
-from nodes.presence.policy import Presence
+from nodes.middleware.hooks import MiddlewareHooks
+from nodes.presence.policy import DecidePresence
 from nodes.prompt_cache.policy import PromptCacheBreakpoints
 from nodes.thinking.policy import ThinkingKnobs
 from nodes.token_accounting.policy import TokenAccounting
@@ -74,39 +76,44 @@ if TYPE_CHECKING:
 log = logging.getLogger("cyrene.policies")
 
 
-def round_policies(loop: Loop) -> PolicyChain:
+class Registered(Protocol):
+    """A built-in policy: its feature's settings say whether, and how, a loop runs it."""
+
+    @classmethod
+    def for_loop(cls, loop: Loop, stages: Stages) -> Sequence[RoundPolicy]:
+        """The policies of this kind that `loop` runs: none when their feature is off."""
+        ...
+
+
+BUILT_IN: tuple[Registered, ...] = (
+    DecidePresence,
+    StableCallIds,
+    WakeTiers,
+    Guardrails,
+    MiddlewareHooks,
+    ContextView,
+    ToolOffer,
+    CompactWhenDue,
+    FallbackModels,
+    TokenAccounting,
+    ThinkingKnobs,
+    PromptCacheBreakpoints,
+    PersonaLabel,
+    ClosingResults,
+    RoundLimit,
+    BatchHooks,
+)
+"""Each built-in policy, in the chain's order (the module docstring says why): one line of
+registration per policy, its feature's settings saying whether it runs (`for_loop`)."""
+
+
+def round_policies(loop: Loop, stages: Stages) -> PolicyChain:
     """The chain for `loop.config`: the built-in policies it switches on, then the caller's."""
-    config = loop.config
-    chain: list[RoundPolicy] = [Presence(loop)] if config.group_reply != "always" else []
-    chain.append(StableCallIds())
-    if config.capacity is not None:
-        chain.append(WakeTiers(config.capacity, config.on_capacity))
-    if config.guards:
-        chain.append(Guardrails(config.guards, config.refusal_text))
-    for index, middleware in enumerate(config.middleware):
-        check_middleware(middleware, index, config.restricted_tools)
-        chain.append(MiddlewareHooks(middleware))
-    chain += [ContextView(loop), ToolOffer(loop)]
-    if config.max_context_tokens != 0 and not config.model_view_step:
-        chain.append(Compaction(loop))
-    chain += [
-        FallbackModels(loop, loop.fallback_models, config.retry),
-        TokenAccounting(),
-        ThinkingKnobs(loop),
-    ]
-    if config.context_layout == "cache":
-        chain.append(PromptCacheBreakpoints(loop))
-    chain += [
-        PersonaLabel(),
-        ClosingResults(),
-        RoundLimit(config.max_rounds),
-    ]
-    if config.hooks.before_batch is not None or config.hooks.after_batch is not None:
-        chain.append(BatchHooks(config.hooks))
+    chain = [policy for kind in BUILT_IN for policy in kind.for_loop(loop, stages)]
     # A middleware's after_model may interrupt (ask a person): its round's reply is then
     # recorded, so the resume continues from that reply instead of calling the model again.
     recorded = any(isinstance(p, MiddlewareHooks) and p.has("after_model") for p in chain)
-    return PolicyChain((*chain, *config.policies), record_replies=recorded)
+    return PolicyChain((*chain, *loop.config.policies), record_replies=recorded)
 
 
 class PolicyChain:

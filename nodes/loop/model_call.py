@@ -28,6 +28,7 @@ from langgraph.runtime import Runtime
 from nodes.core.env import SessionEnv, env_of
 from nodes.core.loop import TRACE_ROUND, Loop
 from nodes.core.policy import ModelCall, Reply, Round
+from nodes.core.stages import Stages
 from nodes.core.state import LoopState
 from nodes.kernel.compat import RunnableCallable
 from nodes.kernel.messages import message_text
@@ -105,9 +106,9 @@ def round_steps(
     return (yield Work(finish_round, (chain, round, response), chain.after_blocks))
 
 
-def make_call_model(loop: Loop) -> RunnableCallable:
+def make_call_model(loop: Loop, stages: Stages) -> RunnableCallable:
     """The `call_model` node: one implementation, driven in place or awaited."""
-    chain = round_policies(loop)
+    chain = round_policies(loop, stages)
 
     def call_model(state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]) -> dict:
         """Call the persona's model with this round's view and the tools it may use."""

@@ -29,7 +29,7 @@ each runs inside `call_model`, so a round still costs one checkpoint:
 
 `before_model` and `after_model` run their sync form (on a worker thread in
 an async run). `before_agent` / `after_agent` are refused at build time: the
-loop's turn has its own start and end (`on_turn_end`).
+loop's turn has its own start and end (`TurnEnd`).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 
 from nodes.core.policy import CallModel, CallSteps, ModelCall, Reply, Round, RoundPolicy
 from nodes.core.reducers import add_messages
+from nodes.core.stages import Stages
 from nodes.kernel.steps import Either, Work, adrive, drive
 from nodes.kernel.tool_results import vetoed_result
 
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from langchain.agents.middleware import AgentMiddleware, ModelResponse
     from langchain.agents.middleware import ModelRequest as LangChainRequest
 
+    from nodes.core.loop import Loop
     from nodes.core.state import LoopState
 
 AGENT_HOOKS = ("before_agent", "abefore_agent", "after_agent", "aafter_agent")
@@ -77,7 +79,7 @@ def check_middleware(middleware: AgentMiddleware, index: int, restricted_tools: 
         # message, which a group's view would attribute to the owner.
         raise ValueError(
             f"{where}: the loop compacts its own view and keeps the transcript whole; "
-            "use LoopConfig.max_context_tokens (and compactor) instead"
+            "use the Compaction feature (max_context_tokens, compactor) instead"
         )
     if isinstance(middleware, LLMToolSelectorMiddleware) and (
         unusable := sorted(set(middleware.always_include) - set(restricted_tools))
@@ -92,7 +94,7 @@ def check_middleware(middleware: AgentMiddleware, index: int, restricted_tools: 
         raise ValueError(
             f"{where} has {', '.join(agent_hooks)}: the loop "
             "runs before_model, after_model, wrap_model_call and wrap_tool_call (a turn's "
-            "end is LoopConfig.on_turn_end)"
+            "end is the TurnEnd hook)"
         )
     for hook in ("before_model", "after_model"):
         jumps = getattr(getattr(type(middleware), hook), "__can_jump_to__", None) or ()
@@ -104,6 +106,13 @@ def check_middleware(middleware: AgentMiddleware, index: int, restricted_tools: 
 
 class MiddlewareHooks(RoundPolicy):
     """One `AgentMiddleware`'s model hooks in the round (see the module docstring)."""
+
+    @classmethod
+    def for_loop(cls, loop: Loop, stages: Stages) -> Sequence[RoundPolicy]:
+        config = loop.config
+        for index, middleware in enumerate(config.middleware):
+            check_middleware(middleware, index, config.restricted_tools)
+        return [cls(middleware) for middleware in config.middleware]
 
     def __init__(self, middleware: AgentMiddleware[Any, Any, Any]) -> None:
         self.middleware = middleware

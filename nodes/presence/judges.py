@@ -27,8 +27,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
-from nodes.core.protocols import Hearing, ReplyJudge, ReplyVerdict
 from nodes.kernel.messages import message_text
+from nodes.presence.hearing import Hearing, ReplyJudge, ReplyVerdict
 from nodes.presence.mentions import MentionMatcher, fold
 
 log = logging.getLogger("cyrene.presence")
@@ -51,7 +51,7 @@ class ReplyScorer:
     module docstring for what each weight means and why).
 
     Example:
-        >>> LoopConfig(model=model, group_reply="judged", reply_judge=ReplyScorer(threshold=0.6))
+        >>> GroupPresence(reply="judged", judge=ReplyScorer(threshold=0.6))
     """
 
     question: float = 0.35

@@ -1,4 +1,4 @@
-"""Group-chat presence (`LoopConfig.group_reply`): answer a group turn when addressed, else listen.
+"""Group-chat presence (`GroupPresence.reply`): answer a group turn when addressed, else listen.
 
 `"mentioned"` answers a turn whose messages name the persona (its name or a
 nickname, matched as a mention: `nodes.presence.mentions`) or that the
@@ -28,17 +28,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from nodes.core.policy import Round, RoundPolicy
-from nodes.core.protocols import Hearing, ReplyVerdict
-from nodes.core.state import PresenceRecord
+from nodes.core.stages import Stages
 from nodes.kernel.messages import message_text
 from nodes.kernel.transcript import is_hidden
+from nodes.presence.hearing import Hearing, ReplyVerdict
 from nodes.presence.judges import ReplyScorer
 from nodes.presence.mentions import MentionMatcher
+from nodes.presence.settings import GroupPresence, PresenceRecord, PresenceState
 
 if TYPE_CHECKING:
     from nodes.core.loop import Loop
@@ -121,19 +122,23 @@ def quiet_reason(state: Mapping[str, Any]) -> str | None:
     return state["presence"]["reason"] if after_decision(state) == "quiet" else None
 
 
-class Presence(RoundPolicy):
+class DecidePresence(RoundPolicy):
     """Before the model, on a group turn's first round: reply, or stay quiet (see the module).
 
     It blocks only through its judge: `"mentioned"` and the offline scorer never do.
     """
 
-    def __init__(self, loop: Loop) -> None:
-        config = loop.config
+    @classmethod
+    def for_loop(cls, loop: Loop, stages: Stages) -> Sequence[RoundPolicy]:
+        return [cls(loop, stages.before_model)] if loop.feature(GroupPresence).decides else []
+
+    def __init__(self, loop: Loop, stages_before_model: bool) -> None:
+        settings = loop.feature(GroupPresence)
         self.loop = loop
-        self.mode = config.group_reply
-        self.judge = (config.reply_judge or ReplyScorer()) if self.mode == "judged" else None
+        self.mode = settings.reply
+        self.judge = (settings.judge or ReplyScorer()) if self.mode == "judged" else None
         self.blocking = self.judge is not None and bool(getattr(self.judge, "blocking", True))
-        self.stages = loop.stages_before_model
+        self.stages = stages_before_model
         self._matchers: dict[str | None, tuple[tuple[str, ...], MentionMatcher]] = {}
 
     def before_model(self, round: Round) -> None:
@@ -142,7 +147,7 @@ class Presence(RoundPolicy):
         if after_decision(round.state) == "answer":  # decided, then the stages ran: answer now
             return
         names, matcher = self.matcher(round.persona_id)
-        last = round.state.get("presence")
+        last = cast(PresenceState, round.state).get("presence")
         quiet_on = last["heard"] if last and not last["reply"] else None
         verdict = self.verdict(hear(round.messages, round.persona_id, names, matcher, quiet_on))
         record = PresenceRecord(

@@ -3,7 +3,7 @@
 Anthropic caches a request prefix only up to a content block marked
 `cache_control` (at most four per request), and a later request reuses it
 when it repeats that prefix exactly, looking back up to about twenty blocks
-from its own breakpoints. Under `context_layout="cache"` the view puts what
+from its own breakpoints. Under `ModelView(layout="cache")` the view puts what
 stays the same first (`nodes.context.layout`), so for each call to an Anthropic
 model this policy marks two blocks:
 
@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import BaseMessage, SystemMessage
 
 from nodes.context.layout import is_round_state
+from nodes.context.settings import ModelView
 from nodes.core.policy import CallModel, CallSteps, ModelCall, Round, RoundPolicy
+from nodes.core.stages import Stages
 
 if TYPE_CHECKING:
     from nodes.core.loop import Loop
@@ -39,6 +41,10 @@ EPHEMERAL = {"type": "ephemeral"}
 class PromptCacheBreakpoints(RoundPolicy):
     """Around each call to an Anthropic model: `cache_control` at the end of the leading
     system message and at the end of the conversation, before the round's own blocks."""
+
+    @classmethod
+    def for_loop(cls, loop: Loop, stages: Stages) -> Sequence[RoundPolicy]:
+        return [cls(loop)] if loop.feature(ModelView).layout == "cache" else []
 
     blocking = False
 

@@ -15,7 +15,7 @@ persona's thinking is not shown.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.callbacks import (
@@ -32,6 +32,7 @@ from langgraph.constants import TAG_NOSTREAM
 from pydantic import Field
 
 from nodes.core.policy import CallModel, CallSteps, ModelCall, Round, RoundPolicy
+from nodes.core.stages import Stages
 from nodes.kernel.chat_model import Kwargs, Messages, ReplyChatModel, RunManager
 from nodes.kernel.compat import chat_model_name
 from nodes.thinking.knobs import (
@@ -41,6 +42,7 @@ from nodes.thinking.knobs import (
     request_kwargs,
     without_reasoning,
 )
+from nodes.thinking.settings import Thinking
 
 if TYPE_CHECKING:
     from nodes.core.loop import Loop
@@ -134,15 +136,20 @@ class ThinkingKnobs(RoundPolicy):
     that takes them, and the `ThinkingGate` when the persona's thinking must not reach
     the stream."""
 
+    @classmethod
+    def for_loop(cls, loop: Loop, stages: Stages) -> Sequence[RoundPolicy]:
+        return [cls(loop)]
+
     blocking = False
 
     def __init__(self, loop: Loop) -> None:
         self.loop = loop
+        self.settings = loop.feature(Thinking)
         self.dropped: set[tuple[str, str]] = set()
         """The (model, knob) pairs already logged as dropped: each is logged once per graph."""
 
     def wrap_model_call(self, round: Round, request: ModelCall, call: CallModel) -> CallSteps:
-        knobs = self.loop.knobs_for(round.persona_id)
+        knobs = self.settings.knobs_for(self.loop.persona(round.persona_id))
         family = self.loop.family(request.model)
         settings = request_kwargs(family, knobs)
         if family == "anthropic" and continues_round_without_thinking(request.view):

@@ -4,7 +4,7 @@ Each chat model reply carries LangChain's `usage_metadata` when its provider
 reports it: input, output and total tokens, with the cached part of the input
 in `input_token_details.cache_read` (and cache writes in `cache_creation`).
 This policy adds each call's usage to the state's `token_usage`
-(`nodes.core.state.TokenUsage`): the turn's calls, their sum, and the session's
+(`nodes.token_accounting.state.TokenUsage`): the turn's calls, their sum, and the session's
 running sum, written with the reply, so a caller reads it from the turn's
 result or `get_state`, Studio shows it with the state, and `cyrene history`
 prints the session's totals. A running sum costs the same at turn 10,000 as
@@ -28,15 +28,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import reduce
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.messages import BaseMessage
 from langchain_core.messages.ai import UsageMetadata
 
 from nodes.core.policy import CallModel, CallSteps, ModelCall, Round, RoundPolicy
-from nodes.core.state import TokenUsage
+from nodes.core.stages import Stages
 from nodes.kernel.transcript import turn_start
+from nodes.token_accounting.state import TokenUsage, TokenUsageState
 from nodes.token_accounting.usage import clean_usage, storable, summed
+
+if TYPE_CHECKING:
+    from nodes.core.loop import Loop
 
 
 def clean_record(record: Any) -> TokenUsage | None:
@@ -55,6 +59,10 @@ def clean_record(record: Any) -> TokenUsage | None:
 class TokenAccounting(RoundPolicy):
     """Around each model call: its reported usage, added to the turn's and the session's."""
 
+    @classmethod
+    def for_loop(cls, loop: Loop, stages: Stages) -> Sequence[RoundPolicy]:
+        return [cls()]
+
     blocking = False
 
     def wrap_model_call(self, round: Round, request: ModelCall, call: CallModel) -> CallSteps:
@@ -67,7 +75,7 @@ class TokenAccounting(RoundPolicy):
             response = response.model_copy(
                 update={"usage_metadata": usage, "response_metadata": kept}
             )
-        stored = round.state.get("token_usage")
+        stored = cast(TokenUsageState, round.state).get("token_usage")
         so_far: TokenUsage | None = round.update.get("token_usage") or clean_record(stored)
         turn_id = opening_id(round.messages)
         stale = so_far is not None and (so_far["turn_id"] != turn_id or so_far != stored)

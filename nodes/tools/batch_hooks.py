@@ -8,14 +8,29 @@ hook that raises is logged and the turn goes on (`run_hook`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from nodes.core.policy import Reply, Round, RoundPolicy
+from nodes.core.stages import Stages
+from nodes.kernel.hooks import run_hook
 from nodes.kernel.transcript import last_batch
-from nodes.tools.hooks import ToolHooks, run_hook
+from nodes.tools.hooks import ToolHooks
+from nodes.tools.settings import ToolCalls
+
+if TYPE_CHECKING:
+    from nodes.core.loop import Loop
 
 
 class BatchHooks(RoundPolicy):
     """Before the model: `after_batch` for the batch that just ran (on the node's first
     attempt only: a retry re-plans the same round). After the model: `before_batch`."""
+
+    @classmethod
+    def for_loop(cls, loop: Loop, stages: Stages) -> Sequence[RoundPolicy]:
+        hooks = loop.feature(ToolCalls).hooks
+        on = hooks.before_batch is not None or hooks.after_batch is not None
+        return [cls(hooks)] if on else []
 
     def __init__(self, hooks: ToolHooks) -> None:
         self.hooks = hooks

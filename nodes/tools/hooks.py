@@ -1,13 +1,13 @@
 """What a caller hooks into tool calls, and what the loop reports about them.
 
-Plain data and functions (no LangGraph): the hooks a caller installs and the
-audit event a restricted denial produces. The results that answer a call the
-loop does not run are in `nodes.kernel.tool_results`.
+Plain data (no LangGraph): the hooks a caller installs (called through
+`nodes.kernel.hooks.run_hook`) and the audit event a restricted denial produces.
+The results that answer a call the loop does not run are in
+`nodes.kernel.tool_results`.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -16,8 +16,6 @@ from typing import Any
 from langchain_core.messages import ToolCall, ToolMessage
 
 from nodes.core.env import SessionEnv
-
-log = logging.getLogger("cyrene.tools")
 
 
 @dataclass(frozen=True)
@@ -44,17 +42,6 @@ class ToolHooks:
     after_batch: Callable[[list[ToolCall], list[ToolMessage], SessionEnv], None] | None = None
     before_call: Callable[[ToolCall, SessionEnv], str | None] | None = None
     after_call: Callable[[ToolCall, ToolMessage, SessionEnv], None] | None = None
-
-
-def run_hook(name: str, hook: Callable[..., Any] | None, *args: Any) -> Any:
-    """Call a hook, logging (not raising) its failure."""
-    if hook is None:
-        return None
-    try:
-        return hook(*args)
-    except Exception:
-        log.exception("tool hook %s failed; the turn goes on", name)
-        return None
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,12 @@ from langgraph.types import Command
 
 from nodes.core.env import SessionEnv, env_of
 from nodes.core.loop import Loop
+from nodes.kernel.hooks import run_hook
 from nodes.kernel.steps import off_loop
 from nodes.kernel.tool_results import denied_in_restricted, vetoed_result
 from nodes.middleware.tools import around, tool_wrappers
-from nodes.tools.hooks import AuditEvent, run_hook
+from nodes.tools.hooks import AuditEvent
+from nodes.tools.settings import ToolCalls
 
 ToolOutcome = ToolMessage | Command
 
@@ -48,7 +50,7 @@ def audit_denial(loop: Loop, request: ToolCallRequest, env: SessionEnv) -> None:
         reason="tool not in restricted_tools",
         tool_call_id=str(call["id"]),  # ids are made stable before any call runs
     )
-    run_hook("on_audit", loop.config.on_audit, event)
+    run_hook("on_audit", loop.feature(ToolCalls).on_audit, event)
     if runtime.stream_writer is not None:
         runtime.stream_writer(event.to_dict())
 
@@ -70,7 +72,7 @@ def refusal(loop: Loop, request: ToolCallRequest) -> ToolMessage | None:
     if (denied := restricted_refusal(loop, request)) is not None:
         return denied
     call, env = request.tool_call, env_of(request.runtime)
-    reason = run_hook("before_call", loop.config.hooks.before_call, call, env)
+    reason = run_hook("before_call", loop.feature(ToolCalls).hooks.before_call, call, env)
     return vetoed_result(call, str(reason)) if reason else None
 
 
@@ -78,7 +80,7 @@ def report_call(loop: Loop, request: ToolCallRequest, result: ToolOutcome) -> No
     """`after_call` sees every call that ran, with its result."""
     run_hook(
         "after_call",
-        loop.config.hooks.after_call,
+        loop.feature(ToolCalls).hooks.after_call,
         request.tool_call,
         result,
         env_of(request.runtime),
@@ -126,8 +128,9 @@ def make_dispatch_tools(loop: Loop) -> ToolNode:
         return result
 
     # Audit sinks and hooks are the caller's code: they may block (files, HTTP).
-    hooks = loop.config.hooks
-    audit_hops = loop.config.on_audit is not None
+    settings = loop.feature(ToolCalls)
+    hooks = settings.hooks
+    audit_hops = settings.on_audit is not None
     vet_hops = audit_hops or hooks.before_call is not None
     report_hops = hooks.after_call is not None
 

@@ -9,12 +9,23 @@ unparseable ones).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from nodes.core.policy import Reply, Round, RoundPolicy
+from nodes.core.stages import Stages
 from nodes.kernel.replies import closing_results, with_stable_call_ids
+
+if TYPE_CHECKING:
+    from nodes.core.loop import Loop
 
 
 class StableCallIds(RoundPolicy):
     """After the model: a usable id, unique in the request, on every call."""
+
+    @classmethod
+    def for_loop(cls, loop: Loop, stages: Stages) -> Sequence[RoundPolicy]:
+        return [cls()]
 
     blocking = False
 
@@ -27,6 +38,10 @@ class PersonaLabel(RoundPolicy):
     persona switched in later on the same thread knows who said what; restricted
     sessions stay unlabelled."""
 
+    @classmethod
+    def for_loop(cls, loop: Loop, stages: Stages) -> Sequence[RoundPolicy]:
+        return [cls()]
+
     blocking = False
 
     def after_model(self, round: Round, reply: Reply) -> None:
@@ -37,6 +52,10 @@ class PersonaLabel(RoundPolicy):
 class ClosingResults(RoundPolicy):
     """After the model: the calls of a reply the provider cut off or filtered, and every
     unparseable call, are answered with an error result and never run."""
+
+    @classmethod
+    def for_loop(cls, loop: Loop, stages: Stages) -> Sequence[RoundPolicy]:
+        return [cls()]
 
     blocking = False
 

@@ -6,12 +6,24 @@ instead of running, so the turn ends with every call paired.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from nodes.core.policy import Reply, Round, RoundPolicy
+from nodes.core.stages import Stages
 from nodes.kernel.tool_results import round_limit_result
+from nodes.tools.settings import ToolCalls
+
+if TYPE_CHECKING:
+    from nodes.core.loop import Loop
 
 
 class RoundLimit(RoundPolicy):
     """After the model: the last round's calls get `round_limit` results."""
+
+    @classmethod
+    def for_loop(cls, loop: Loop, stages: Stages) -> Sequence[RoundPolicy]:
+        return [cls(loop.feature(ToolCalls).max_rounds)]
 
     blocking = False
 

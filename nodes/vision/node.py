@@ -15,19 +15,19 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from nodes.core.loop import Loop
-from nodes.core.protocols import ImageDescriber
 from nodes.core.state import LoopState
 from nodes.kernel.compat import sync_node
 from nodes.kernel.images import ImageError, image_ref, is_image_block, placeholder
 from nodes.kernel.messages import message_text
 from nodes.kernel.transcript import annotated, unanswered_start
+from nodes.vision.settings import ImageDescriber, Vision, VisionState
 
 log = logging.getLogger("cyrene.vision")
 
@@ -73,7 +73,7 @@ def fold_images(
 
 
 def model_accepts_images(loop: Loop) -> bool:
-    flag = loop.config.model_accepts_images
+    flag = loop.feature(Vision).model_accepts_images
     if flag is not None:
         return flag
     profile = getattr(loop.default_model, "profile", None) or {}
@@ -81,7 +81,8 @@ def model_accepts_images(loop: Loop) -> bool:
 
 
 def make_resolve_vision(loop: Loop) -> Runnable[Any, Any]:
-    vision = loop.config.vision
+    settings = loop.feature(Vision)
+    vision = settings.describer
     # Images pass through when nothing describes them or the model sees them itself.
     describe = None if vision is None or model_accepts_images(loop) else describer_for(vision)
 
@@ -91,7 +92,7 @@ def make_resolve_vision(loop: Loop) -> Runnable[Any, Any]:
         if describe is None:
             return {}
         messages = state["messages"]
-        cache = dict(state.get("image_descriptions") or {})
+        cache = dict(cast(VisionState, state).get("image_descriptions") or {})
         updated: list[BaseMessage] = []
         for message in messages[unanswered_start(messages) :]:
             if (
@@ -99,7 +100,7 @@ def make_resolve_vision(loop: Loop) -> Runnable[Any, Any]:
                 and isinstance(message.content, list)
                 and any(is_image_block(b) for b in message.content)
             ):
-                folded, learned = fold_images(message, describe, cache, loop.config.max_image_bytes)
+                folded, learned = fold_images(message, describe, cache, settings.max_image_bytes)
                 cache.update(learned)
                 updated.append(folded)
         if not updated:

@@ -32,7 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from nodes.kernel.choices import ACTORS, GROUP_REPLIES
+from nodes.kernel.choices import ACTORS
+from nodes.presence.choices import GROUP_REPLIES
 from studio import settings
 from studio.cli.errors import EXIT_OK, EXIT_USAGE, CliError, describe
 

@@ -106,9 +106,9 @@ def graph(args: argparse.Namespace) -> int:
 
 def loop_drawing() -> str:
     """The Mermaid drawing of the loop with every stage on; the README holds the same."""
-    from graph.builder import build_graph
-    from nodes.core.config import LoopConfig
+    from graph import Compaction, LoopConfig, Vision, build_graph
     from studio.demo.model import DemoChatModel
 
-    config = LoopConfig(model=DemoChatModel(), vision=lambda block: "", max_context_tokens=8000)
+    features = [Vision(describer=lambda block: ""), Compaction(max_context_tokens=8000)]
+    config = LoopConfig(model=DemoChatModel(), features=features)
     return build_graph(config).get_graph().draw_mermaid().strip()

@@ -23,18 +23,20 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, Huma
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import StateSnapshot
 
-from graph.builder import CALL, build_graph
+from graph.builder import build_graph
 from graph.extractions import resume_extractions
 from graph.runs import NothingToResumeError
 from graph.sessions import SessionBusyError
 from graph.shutdown import GracefulStop, StopRequested, run_turn
 from memory import MemoryStore
 from nodes.core.env import RESTRICTED_ACTORS, SessionEnv
+from nodes.core.stages import CALL
 from nodes.core.state import OPENED_AS
 from nodes.kernel.messages import message_text
 from nodes.kernel.provider_errors import refused_status
 from nodes.kernel.sanitize import check_id
 from nodes.presence.policy import quiet_reason
+from nodes.presence.settings import GroupPresence
 from studio.cli.errors import EXIT_NOT_FOUND, EXIT_TURN_FAILED, CliError, brief, describe
 from studio.cli.storage import checkpoint_url, checkpointer, memory_errors, writable_data
 from studio.text import visible
@@ -126,11 +128,12 @@ class Session(AbstractContextManager["Session"]):
             model, is_demo = demo_model(args.model)
             if is_demo:
                 print(DEMO_NOTICE, file=sys.stderr)
-        reply = {"group_reply": args.group_reply} if getattr(args, "group_reply", None) else {}
+        reply = getattr(args, "group_reply", None)
         with memory_errors(args.data):
             store = open_demo_store(args.data, args.memory_server)
         try:
-            self.config = demo_config(args.data, model=model, store=store, **reply)
+            features = [GroupPresence(reply=reply)] if reply else []
+            self.config = demo_config(args.data, model=model, store=store, features=features)
         except BaseException:
             store.close()
             raise

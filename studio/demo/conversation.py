@@ -2,7 +2,7 @@
 
 An owner session with persona switch, a tool call, a remembered fact and a
 photo (described offline); a group chat with a third party, a denied tool and
-attribution questions, answered when it addresses 昔涟 (`group_reply="mentioned"`:
+attribution questions, answered when it addresses 昔涟 (`GroupPresence(reply="mentioned")`:
 the platform's @-mention, or her name in the text) and quiet otherwise; after
 each, the mood the turn-end hook gave and what compaction folded; then what
 memory holds. Everything persists under the data
@@ -15,6 +15,7 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 
+from graph import Compaction
 from graph.sinks import JsonlSink
 from nodes.core.state import uncovered_start
 from nodes.kernel.messages import message_text
@@ -65,7 +66,7 @@ def _stages(graph: Any, thread: str, budget: int) -> None:
 
 def run_demo(session: Any) -> int:
     """Run the scripted conversation; returns a process exit code."""
-    args, budget = session.args, session.config.max_context_tokens
+    args, budget = session.args, session.config.feature(Compaction).max_context_tokens
     with session.graph() as graph:
         print("== 主人私聊 demo-owner ==")
         for persona, text in OWNER_SCRIPT:

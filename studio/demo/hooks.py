@@ -30,7 +30,7 @@ UNEASY = "为难"
 
 
 def describe_image(block: dict[str, Any]) -> str:
-    """describe(block) for `LoopConfig.vision`: what the image file says about itself, offline."""
+    """describe(block) for `Vision(describer=...)`: what the image file says about itself, offline."""
     data, url, mime = image_source(block)
     if data is None:
         where = urlparse(url or "")
@@ -87,7 +87,7 @@ def _jpeg_size(raw: bytes) -> tuple[int, int] | None:
 
 
 def demo_mood(user_text: str, assistant_text: str, persona_id: str | None) -> str:
-    """on_turn_end for the demo: the first mood whose cue the user's words contain.
+    """The turn-end hook for the demo: the first mood whose cue the user's words contain.
 
     A refused tool in the reply makes the persona uneasy; nothing matched is calm.
     """

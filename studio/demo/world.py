@@ -13,6 +13,7 @@ checkpoints, the embedded Chroma memory, the audit and capacity logs, notes.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,20 @@ from zoneinfo import ZoneInfo
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool, tool
 
-from graph import ManualExtractor
+from graph import (
+    CapacityPolicy,
+    Compaction,
+    Feature,
+    LoopConfig,
+    ManualExtractor,
+    Persona,
+    Tier,
+    ToolCalls,
+    TurnEnd,
+    Vision,
+)
 from graph.sinks import JsonlSink
 from memory import MemoryItem, MemoryStore, Scope
-from nodes.capacity.policy import CapacityPolicy, Tier
-from nodes.core.config import LoopConfig, Persona
 from nodes.core.loop import resolve_model
 from studio.demo.hooks import demo_mood, describe_image
 from studio.demo.model import DemoChatModel
@@ -132,9 +142,11 @@ def demo_config(
     data: Path = DEFAULT_DATA,
     model: BaseChatModel | None = None,
     store: MemoryStore | None = None,
+    features: Sequence[Feature] = (),
     **overrides: Any,
 ) -> LoopConfig:
-    """The demo LoopConfig over a data folder (and its store, opened here when not given).
+    """The demo LoopConfig over a data folder (and its store, opened here when not given);
+    `features` take the place of the demo's own settings of their kind.
 
     The short compaction budget and the offline describer come only with the demo
     model: a real one would lose what was said a dozen short turns ago, and be shown
@@ -143,23 +155,26 @@ def demo_config(
     store = store or open_demo_store(data)
     model = model or DemoChatModel()
     timezone = overrides.pop("timezone", DEMO_TIMEZONE)
-    stand_ins: dict[str, Any] = (
-        {"max_context_tokens": DEMO_CONTEXT_TOKENS, "vision": describe_image}
+    stand_ins: list[Feature] = (
+        [Compaction(max_context_tokens=DEMO_CONTEXT_TOKENS), Vision(describer=describe_image)]
         if isinstance(model, DemoChatModel)
-        else {"max_context_tokens": "auto"}
+        else [Compaction(max_context_tokens="auto")]
     )
-    return LoopConfig(
+    config = LoopConfig(
         model=model,
         personas=PERSONAS,
         default_persona="xilian",
         tools=tuple(demo_tools(store, data, ZoneInfo(timezone))),
         restricted_tools=frozenset({"get_time"}),
-        capacity=DEMO_CAPACITY,
         memory=store,
         extractor=ManualExtractor(),
         timezone=timezone,
-        on_turn_end=demo_mood,
-        on_audit=JsonlSink(data / "audit.jsonl"),
-        on_capacity=JsonlSink(data / "capacity.jsonl"),
-        **{**stand_ins, **overrides},
+        features=[
+            DEMO_CAPACITY.model_copy(update={"on_event": JsonlSink(data / "capacity.jsonl")}),
+            TurnEnd(hook=demo_mood),
+            ToolCalls(on_audit=JsonlSink(data / "audit.jsonl")),
+            *stand_ins,
+        ],
+        **overrides,
     )
+    return config.with_features(*features)

@@ -27,7 +27,7 @@ from pathlib import Path
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import tool
 
-from graph import LoopConfig, Persona, build_graph, open_checkpointer
+from graph import Compaction, LoopConfig, ModelView, Persona, build_graph, open_checkpointer
 from memory import MemoryItem, MemoryStore, Scope
 from memory.embedding import HashingEmbedding
 from tests.cache_share import repeated, shares
@@ -117,9 +117,8 @@ def chat(layout: str, provider: str, folder: Path) -> list[list[BaseMessage]]:
             tools=[weather],
             memory=store,
             timezone="Asia/Shanghai",
-            max_context_tokens=0,
-            context_layout=layout,
             clock=lambda: now[0],
+            features=[ModelView(layout=layout), Compaction(max_context_tokens=0)],
         )
         with open_checkpointer("memory") as saver:
             graph = build_graph(config, saver)

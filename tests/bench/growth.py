@@ -46,7 +46,7 @@ from typing import Any
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from graph import LoopConfig, Persona, build_graph, open_checkpointer, prune_checkpoints
+from graph import Compaction, LoopConfig, Persona, build_graph, open_checkpointer, prune_checkpoints
 from graph.storage.retention import DEFAULT_KEEP
 from studio.demo.offline_model import OfflineChatModel
 
@@ -160,7 +160,7 @@ def ours(saver: Any) -> Any:
             model=SteadyModel(),
             personas={"p": Persona(name="P")},
             default_persona="p",
-            max_context_tokens=BUDGET,
+            features=[Compaction(max_context_tokens=BUDGET)],
         ),
         saver,
     )

@@ -34,7 +34,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage
 
-from graph import SessionEnv, build_graph, open_checkpointer
+from graph import GroupPresence, SessionEnv, build_graph, open_checkpointer
 from nodes.presence.policy import quiet_reason
 from studio.demo.world import demo_config
 from tests.bench.table import print_bench
@@ -117,7 +117,7 @@ class Tally:
 def replay(policy: str, lines: list[Line], folder: Path, url: str) -> tuple[Tally, int]:
     """Every line as one turn of one group session; returns the tally and model calls."""
     model = ScriptedChatModel(script=[AIMessage("嗯嗯。")] * (len(lines) + 1))
-    config = demo_config(folder, model=model, group_reply=policy)
+    config = demo_config(folder, model=model, features=[GroupPresence(reply=policy)])
     tally = Tally()
     try:
         with open_checkpointer(url) as saver:

@@ -23,7 +23,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
-from graph import LoopConfig, Persona, build_graph, open_checkpointer
+from graph import Compaction, LoopConfig, Persona, build_graph, open_checkpointer
 from memory import HashingEmbedding, MemoryItem, MemoryStore, Scope
 from tests.bench.cache import bench_cache_share
 from tests.bench.cli import bench_cli
@@ -256,7 +256,7 @@ def bench_compaction_view(repeat: int) -> None:
         model=ScriptedChatModel(),
         personas={"p": Persona(name="P")},
         default_persona="p",
-        max_context_tokens=4000,
+        features=[Compaction(max_context_tokens=4000)],
     )
     loop, state = Loop.from_config(config), {"messages": messages}
     compact = make_compact(loop)

@@ -35,7 +35,15 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 
-from graph import LoopConfig, Persona, SessionEnv, build_graph, open_checkpointer
+from graph import (
+    Compaction,
+    LoopConfig,
+    ModelView,
+    Persona,
+    SessionEnv,
+    build_graph,
+    open_checkpointer,
+)
 from memory import MemoryItem, MemoryStore, Scope
 from memory.embedding import HashingEmbedding
 from tests.bench.cache import INSTRUCTIONS, MEMORIES, START, TOPICS, replies, weather
@@ -156,9 +164,8 @@ def companion(
         restricted_tools={"weather"},
         memory=store,
         timezone="Asia/Shanghai",
-        max_context_tokens=budget,
-        context_layout=layout,
         clock=clock,
+        features=[ModelView(layout=layout), Compaction(max_context_tokens=budget)],
     )
 
 
