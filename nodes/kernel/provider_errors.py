@@ -56,8 +56,9 @@ class MalformedReply(ModelAPIError):
     nothing of it is kept."""
 
 
-NO_STREAM_EVENTS = "No generation chunks were returned"
-"""LangChain's `ValueError` for a stream that held no event it could read."""
+NO_STREAM_EVENTS = ("No generation chunks were returned", "No generations found in stream.")
+"""LangChain's `ValueError`s for a stream that held no event it could read (`invoke` on a
+streaming model, and `stream`, word it differently)."""
 TEXT_BODY = "Unexpected response type from OpenAI-compatible endpoint"
 """langchain-openai's `ValueError` for a body the SDK handed over as text (not JSON)."""
 
@@ -69,7 +70,7 @@ def _malformed(exc: BaseException) -> bool:
     if isinstance(exc, json.JSONDecodeError):
         return True
     if isinstance(exc, ValueError):
-        return str(exc) == NO_STREAM_EVENTS or str(exc).startswith(TEXT_BODY)
+        return str(exc) in NO_STREAM_EVENTS or str(exc).startswith(TEXT_BODY)
     return isinstance(exc, AttributeError) and isinstance(exc.obj, str) and exc.name == "model_dump"
 
 
