@@ -7,7 +7,7 @@ one checkpoint per round fewer. Both run the same step.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.runtime import Runtime
@@ -17,6 +17,8 @@ from nodes.core.env import SessionEnv, env_of
 from nodes.core.loop import Loop
 from nodes.core.state import LoopState
 from nodes.kernel.compat import sync_node
+from nodes.token_accounting.aside import add_aside, measured
+from nodes.token_accounting.state import TokenUsageState
 
 
 def make_compact(loop: Loop) -> Runnable[Any, Any]:
@@ -27,6 +29,8 @@ def make_compact(loop: Loop) -> Runnable[Any, Any]:
     ) -> dict[str, Any]:
         """Fold older turns into a running summary when the view would exceed its budget, and
         move what the summary covers to the transcript archive."""
-        return compacted(loop, compactor, env_of(runtime), state, config)
+        update, usage = measured(compacted, loop, compactor, env_of(runtime), state, config)
+        add_aside(update, cast(TokenUsageState, state).get("token_usage"), "compaction", usage)
+        return update
 
     return sync_node(compact, "compact")

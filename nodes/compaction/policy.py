@@ -43,6 +43,8 @@ from nodes.kernel.compat import checkpointer_of, graph_namespace
 from nodes.kernel.run_config import thread_id
 from nodes.kernel.sanitize import MAX_NAME_CHARS
 from nodes.kernel.steps import Work
+from nodes.token_accounting.aside import add_aside, measured
+from nodes.token_accounting.state import TokenUsageState
 
 if TYPE_CHECKING:
     from nodes.core.loop import Loop
@@ -228,8 +230,11 @@ class CompactWhenDue(RoundPolicy):
             if (summary := refreshed(round.state)) is not None:
                 round.write(summary=summary)
             return (yield from call(request))
-        args = (self.loop, self.compactor, round.env, round.state, round.config)
-        if update := (yield Work(compacted, args, blocks=True)):
+        args = (compacted, self.loop, self.compactor, round.env, round.state, round.config)
+        update, usage = yield Work(measured, args, blocks=True)
+        stored = cast(TokenUsageState, round.state).get("token_usage")
+        add_aside(round.update, stored, "compaction", usage)
+        if update:
             round.write(**update)
             round.state = applied(round.state, update)
             view_args = (self.loop, round.env, round.state)

@@ -29,14 +29,23 @@ pipeline (`nodes.extraction.pipeline`) runs the jobs of every graph:
 from __future__ import annotations
 
 import os
+import threading
+import weakref
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import replace
 from typing import Any
+
+from langchain_core.messages.ai import UsageMetadata
 
 from nodes.extraction.jobs import DEFAULT_TIMEOUT, TOTALS, TURNS, ExtractionJob, JobStats
 from nodes.extraction.ledger import extraction_ledger_for
 from nodes.extraction.pipeline import Pipeline
+from nodes.token_accounting.aside import measured
+from nodes.token_accounting.usage import summed
 
 __all__ = [
+    "SPENT",
     "TURNS",
     "BackgroundJobs",
     "ExtractionJob",
@@ -47,13 +56,50 @@ __all__ = [
     "wait_for_extractions",
 ]
 
+
+class SpentTokens:
+    """The tokens background extractions spent, per memory store and session, until that
+    session's next `extract_memory` takes them into its state (`token_usage`, purpose
+    `extraction`). Keyed by the store too: two graphs of one process may use one thread id
+    over two stores. What a process spent and did not hand on before it stopped is not
+    counted."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._spent: weakref.WeakKeyDictionary[Any, dict[str | None, UsageMetadata]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def counting(
+        self, store: Any, session: str | None, extract: Callable[..., Any]
+    ) -> Callable[..., Any]:
+        """`extract`, its model calls' tokens put down to `session` of `store`."""
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            result, usage = measured(lambda: extract(*args, **kwargs))
+            if usage is not None:
+                with self._lock, suppress(TypeError):  # a backend no weak reference can hold
+                    spent = self._spent.setdefault(store, {})
+                    spent[session] = summed(spent.get(session), usage)
+            return result
+
+        return counted
+
+    def take(self, store: Any, session: str | None) -> UsageMetadata | None:
+        """What `session`'s extractions into `store` spent since the last take."""
+        with self._lock:
+            return self._spent.get(store, {}).pop(session, None)
+
+
 _PIPELINE = Pipeline()
+SPENT = SpentTokens()
 
 
 def _forked() -> None:
     """A forked child has none of the parent's threads: it starts a pipeline of its own."""
-    global _PIPELINE
+    global _PIPELINE, SPENT
     _PIPELINE = Pipeline()
+    SPENT = SpentTokens()
 
 
 os.register_at_fork(after_in_child=_forked)

@@ -44,7 +44,8 @@ from langgraph.runtime import Runtime
 from memory.items import Source
 from nodes.core.env import SessionEnv, env_of
 from nodes.core.loop import Loop
-from nodes.extraction.background import BackgroundJobs, ExtractionJob
+from nodes.extraction import background
+from nodes.extraction.background import BackgroundJobs, ExtractionJob, SpentTokens
 from nodes.extraction.ledger import Record, extraction_ledger_for
 from nodes.extraction.planning import apply_changes, plan_extraction
 from nodes.extraction.plans import planned_once
@@ -66,6 +67,7 @@ from nodes.kernel.transcript import (
     turn_number,
     turn_start,
 )
+from nodes.token_accounting.aside import add_aside, measured
 
 log = logging.getLogger("cyrene.memory")
 
@@ -75,6 +77,12 @@ the persona it answers as."""
 TURN_EXTRACTS = "extracts"
 """Beside `TURN_OPENED`: whether the run had an extractor (only such turns are recovered);
 a record without it was written when only such runs kept one."""
+
+
+def spent() -> SpentTokens:
+    """This process's count of what background extractions spent
+    (`nodes.extraction.background.SPENT`; read at each use: a forked child has its own)."""
+    return background.SPENT
 
 
 def background_jobs(loop: Loop) -> BackgroundJobs:
@@ -228,13 +236,17 @@ def job_for(loop: Loop, entry: PendingExtraction, snapshot: Sequence[BaseMessage
         key=entry["key"],
         session=entry.get("thread"),
         order=entry.get("order", 0),
-        extract=partial(
-            plan_extraction,
-            extractor,
-            snapshot,
+        extract=spent().counting(
             store,
-            persona_id=entry["persona_id"],
-            source=source,
+            entry.get("thread"),
+            partial(
+                plan_extraction,
+                extractor,
+                snapshot,
+                store,
+                persona_id=entry["persona_id"],
+                source=source,
+            ),
         ),
         persona_id=entry["persona_id"],
         source=source,
@@ -351,12 +363,21 @@ def make_extract_memory(loop: Loop) -> Runnable[Any, Any]:
             update[EXTRACTED_TURN] = opener
         if env.restricted:
             return update
+        # What background extractions spent since the session's last step (this step's own
+        # are taken at its next one); inline ones are measured as they run.
+        spent_aside = spent().take(loop.config.memory, thread_id(config))
         carried = state.get("pending_extractions", [])
         pending = resubmit(loop, carried, messages)
         turns = [*dead_turns(messages, openers), (messages, env)]
-        pending += extract_turns(loop, config, turns, archived=archived_humans(state))
+        extracted, spent_inline = measured(
+            extract_turns, loop, config, turns, False, archived_humans(state)
+        )
+        pending += extracted
         if pending != carried:
             update[PENDING] = pending
+        stored = state.get("token_usage")
+        for usage in (spent_aside, spent_inline):
+            add_aside(update, stored, "extraction", usage)
         return update
 
     return sync_node(extract_memory, "extract_memory")

@@ -40,6 +40,8 @@ from nodes.presence.hearing import Hearing, ReplyVerdict
 from nodes.presence.judges import ReplyScorer
 from nodes.presence.mentions import MentionMatcher
 from nodes.presence.settings import GroupPresence, PresenceRecord, PresenceState
+from nodes.token_accounting.aside import add_aside, measured
+from nodes.token_accounting.state import TokenUsageState
 
 if TYPE_CHECKING:
     from nodes.core.loop import Loop
@@ -149,7 +151,10 @@ class DecidePresence(RoundPolicy):
         names, matcher = self.matcher(round.persona_id)
         last = cast(PresenceState, round.state).get("presence")
         quiet_on = last["heard"] if last and not last["reply"] else None
-        verdict = self.verdict(hear(round.messages, round.persona_id, names, matcher, quiet_on))
+        hearing = hear(round.messages, round.persona_id, names, matcher, quiet_on)
+        verdict, usage = measured(self.verdict, hearing)
+        stored = cast(TokenUsageState, round.state).get("token_usage")
+        add_aside(round.update, stored, "presence", usage)
         record = PresenceRecord(
             reply=verdict.reply,
             reason=verdict.reason,

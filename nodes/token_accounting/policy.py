@@ -10,6 +10,11 @@ result or `get_state`, Studio shows it with the state, and `cyrene history`
 prints the session's totals. A running sum costs the same at turn 10,000 as
 at turn 10; adding up the transcript would not.
 
+The loop's other model calls (a compactor's, a reply judge's, an extractor's) are
+counted beside them by purpose (`nodes.token_accounting.aside`): each adds to the
+session's total and to its purpose's in `purposes`; the turn's `calls` and `turn`
+are the replies', and the session's replies are its total less its `purposes`.
+
 What is counted, and what is not:
 - it wraps the call inside `FallbackModels`, so each call that returns
   counts once, the persona's model's or a fallback's; a call that raised
@@ -26,9 +31,9 @@ counted (`clean_record`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import reduce
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from langchain_core.messages import BaseMessage
 from langchain_core.messages.ai import UsageMetadata
@@ -36,24 +41,12 @@ from langchain_core.messages.ai import UsageMetadata
 from nodes.core.policy import CallModel, CallSteps, ModelCall, Round, RoundPolicy
 from nodes.core.stages import Stages
 from nodes.kernel.transcript import turn_start
+from nodes.token_accounting.aside import clean_record
 from nodes.token_accounting.state import TokenUsage, TokenUsageState
 from nodes.token_accounting.usage import clean_usage, storable, summed
 
 if TYPE_CHECKING:
     from nodes.core.loop import Loop
-
-
-def clean_record(record: Any) -> TokenUsage | None:
-    """A stored `token_usage` with its odd counts dropped (None when nothing is left of it)."""
-    if not isinstance(record, Mapping):
-        return None
-    calls = [c for call in record.get("calls") or [] if (c := clean_usage(call)) is not None]
-    clean = TokenUsage(turn_id=record.get("turn_id"), calls=calls)
-    if calls:
-        clean["turn"] = reduce(summed, calls)
-    if (session := clean_usage(record.get("session"))) is not None:
-        clean["session"] = session
-    return clean
 
 
 class TokenAccounting(RoundPolicy):
@@ -102,4 +95,6 @@ def counted(
     session = so_far.get("session") if so_far is not None else None
     if session is not None or usage is not None:
         record["session"] = summed(session, usage)
+    if so_far is not None and "purposes" in so_far:
+        record["purposes"] = so_far["purposes"]
     return record

@@ -17,11 +17,15 @@ class TokenUsage(TypedDict):
     turn_id: str | None
     """The turn `calls` and `turn` belong to: the id of its opening message."""
     calls: list[UsageMetadata]
-    """That turn's model calls, in order (a retried or fallback call once each)."""
+    """That turn's reply calls, in order (a retried or fallback call once each)."""
     turn: NotRequired[UsageMetadata]
     """The sum of `calls` (absent when none reported usage)."""
     session: NotRequired[UsageMetadata]
-    """The sum over every call of the session."""
+    """The sum over every call of the session, whatever its purpose."""
+    purposes: NotRequired[dict[str, UsageMetadata]]
+    """The session's sum for each purpose of the loop's other model calls
+    (`nodes.token_accounting.aside.Purpose`): `compaction`, `presence`, `extraction`; the
+    replies' is `session` less these."""
 
 
 class TokenUsageState(LoopState):

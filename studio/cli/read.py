@@ -45,6 +45,8 @@ def history(args: argparse.Namespace) -> int:
         print(f"{speaker(message):>18}  {visible(text)}")
     if session.token_usage:
         print(f"{'tokens':>18}  {token_totals(session.token_usage)}")
+        for purpose, usage in session.token_purposes.items():
+            print(f"{purpose:>18}  {token_totals(usage)}")
     return EXIT_OK
 
 
@@ -65,11 +67,16 @@ def session_line(session: StoredSession) -> str:
 
 
 def token_totals(usage: Mapping[str, Any]) -> str:
-    """`input N (cached C)  output N  total N`: the cached part only where it was reported."""
-    cached = (usage.get("input_token_details") or {}).get("cache_read")
+    """`input N (cached C, cache writes W)  output N  total N`: the cache reads and writes
+    only where a provider reported them (Anthropic bills writes at 1.25×)."""
+    details = usage.get("input_token_details") or {}
+    cache = [
+        f"{label} {details[key]:,}"
+        for key, label in (("cache_read", "cached"), ("cache_creation", "cache writes"))
+        if details.get(key) is not None
+    ]
     parts = [
-        f"input {usage.get('input_tokens', 0):,}"
-        + (f" (cached {cached:,})" if cached is not None else ""),
+        f"input {usage.get('input_tokens', 0):,}" + (f" ({', '.join(cache)})" if cache else ""),
         f"output {usage.get('output_tokens', 0):,}",
         f"total {usage.get('total_tokens', 0):,}",
     ]
