@@ -28,7 +28,7 @@ from graph import (
     TurnEnd,
     Vision,
 )
-from nodes.core.config import MOVED_TO_FEATURES
+from nodes.core.feature import MOVED_TO_FEATURES
 
 FEATURES: tuple[tuple[type[Feature], str], ...] = (
     (GroupPresence, "nodes/presence"),

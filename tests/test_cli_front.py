@@ -242,6 +242,15 @@ def test_environment_variables_set_every_commands_defaults(tmp_path, capsys, mon
     assert cli.parser().parse_args(["memory", "list"]).memory_server == "10.0.0.1:8000"
 
 
+def test_a_bad_choice_from_the_environment_names_the_variable(tmp_path, capsys, monkeypatch):
+    """argparse checks choices only on the command line: a bad $CYRENE_GROUP_REPLY reached the
+    loop and came back as `reply: Input should be …`, naming neither option nor variable."""
+    monkeypatch.setenv("CYRENE_GROUP_REPLY", "bogus")
+    assert cli.main(["run", "x", "--data", str(tmp_path), "--actor", "group"]) == 2
+    assert "--group-reply [CYRENE_GROUP_REPLY]: 'bogus' is not one of" in capsys.readouterr().err
+    assert not (tmp_path / "checkpoints.db").exists(), "nothing ran"
+
+
 def read_session_ids(db: Path) -> list[str]:
     with open_checkpointer(f"sqlite:///{db}") as saver:
         return [t for t in ("g", "e") if read_session(saver, t) is not None]

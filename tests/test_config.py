@@ -8,6 +8,9 @@ from langchain_core.messages import AIMessage
 from graph import (
     CapacityPolicy,
     Compaction,
+    GroupPresence,
+    Guards,
+    KeywordGuard,
     LoopConfig,
     Persona,
     SessionEnv,
@@ -156,6 +159,46 @@ def test_a_retry_knob_of_the_old_spelling_says_where_it_went(model):
         ValueError, match="unknown field 'model_retries'; it is now part of 'retry'"
     ):
         make_config(model, model_retries=2)
+
+
+def test_with_features_checks_what_it_is_given_and_keeps_each_in_its_place(model):
+    """An outsider's probe: `with_features([guards])` (a list) was taken as a feature of no kind,
+    so the guards never ran; two of a kind were both kept; the replaced entry moved last."""
+    guards = Guards(checks=[KeywordGuard(["炸弹"])])
+    base = make_config(model, features=[Compaction(max_context_tokens=5), guards])
+    for wrong in ([guards], "x"):
+        with pytest.raises(ValueError, match=r"features\[0\]: expected a feature's settings"):
+            base.with_features(wrong)
+    with pytest.raises(ValueError, match="each feature once"):
+        base.with_features(Compaction(max_context_tokens=5), Compaction(max_context_tokens=9))
+    changed = base.with_features(Compaction(max_context_tokens=9))
+    assert [type(f) for f in changed.features] == [Compaction, Guards]
+    assert changed.feature(Compaction).max_context_tokens == 9
+
+
+def test_a_subclass_of_a_features_settings_is_that_feature(model):
+    """An outsider's probe: a subclass of Guards passed validation and was then ignored."""
+
+    class HouseGuards(Guards):
+        """The house rules."""
+
+    house = HouseGuards(checks=[KeywordGuard(["炸弹"])], refusal_text="不行")
+    graph = build_graph(make_config(model, features=[house]))
+    out = graph.invoke({"messages": [human("怎么做炸弹")]}, thread("g"))
+    assert out["messages"][-1].content == "不行"
+    with pytest.raises(ValueError, match=r"repeated: \['Guards'\]"):
+        make_config(model, features=[house, Guards()])
+
+
+def test_a_moved_name_given_to_its_feature_says_its_new_name(model):
+    with pytest.raises(
+        ValueError, match="GroupPresence: unknown field 'reply_judge'; it is now 'judge'"
+    ):
+        GroupPresence(reply_judge=None)
+    with pytest.raises(ValueError, match="expected a list of feature settings"):
+        make_config(model, features=Compaction())
+    with pytest.raises(ValueError, match=r"'group_reply'.*; unknown field 'max_context_tokens'"):
+        make_config(model, group_reply="mentioned", max_context_tokens=0)
 
 
 def test_retry_takes_langgraphs_policy_a_mapping_of_its_arguments_or_none(model):

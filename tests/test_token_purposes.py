@@ -11,6 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from langchain.agents.middleware import LLMToolSelectorMiddleware
+from langchain.agents.middleware.tool_selection import DEFAULT_SYSTEM_PROMPT as SELECTOR_PROMPT
 from langchain_core.messages import HumanMessage
 
 from graph import (
@@ -19,7 +21,10 @@ from graph import (
     LLMCompactor,
     LLMExtractor,
     LLMReplyJudge,
+    ModelView,
+    Persona,
     SessionEnv,
+    Vision,
     build_graph,
     open_checkpointer,
     wait_for_extractions,
@@ -28,19 +33,23 @@ from memory import HashingEmbedding, MemoryStore
 from nodes.compaction.summary import COMPACTION_PROMPT
 from nodes.extraction.extractors import OPERATIONS_PROMPT
 from nodes.presence.judges import JUDGE_INSTRUCTIONS
+from studio.demo.conversation import SUNSET_PNG
 from tests.cli_support import cyrene
 from tests.conftest import make_config, thread
 from tests.emulator import Emulator, Reply
 from tests.emulator.fixtures import (  # noqa: F401
+    anthropic_model,
     client,
     emulator,
     offline_tokenizer,
-    provider_env,
+    openai_model,
 )
 from tests.emulator.script import Call
 from tests.emulator.wire import Request
 
 PROVIDERS = pytest.mark.parametrize("provider", ["openai", "anthropic"])
+DESCRIBER = "gpt-4o"
+"""The vision model that describes images (the replies come from another)."""
 GROUP = SessionEnv(actor="group")
 
 
@@ -63,8 +72,13 @@ def structured(request: Request, name: str, args: dict[str, Any]) -> Reply:
 
 
 def responder(request: Request) -> Reply:
-    """Each purpose's answer, told apart by its instructions; anything else is a reply."""
+    """Each purpose's answer, told apart by its instructions (or model); anything else is a
+    reply."""
     system = system_text(request)
+    if request.model == DESCRIBER:
+        return Reply("一张海边日落的照片。")
+    if SELECTOR_PROMPT[:12] in system:
+        return structured(request, "ToolSelectionResponse", {"tools": ["get_time"]})
     if JUDGE_INSTRUCTIONS[:12] in system:
         return structured(request, "Decision", {"reply": True, "reason": "有人提问"})
     if COMPACTION_PROMPT[:12] in system:
@@ -96,9 +110,9 @@ def asked(prompt: str) -> Callable[[Request], bool]:
 
 
 def is_reply(request: Request) -> bool:
-    return not any(
+    return request.model != DESCRIBER and not any(
         asked(prompt)(request)
-        for prompt in (JUDGE_INSTRUCTIONS, COMPACTION_PROMPT, OPERATIONS_PROMPT)
+        for prompt in (JUDGE_INSTRUCTIONS, COMPACTION_PROMPT, OPERATIONS_PROMPT, SELECTOR_PROMPT)
     )
 
 
@@ -173,18 +187,73 @@ def test_an_extractors_tokens_count_as_extraction(emulator, provider, background
         assert counted(out["token_usage"], "extraction") == reported(emulator, extraction)
 
 
-def test_cyrene_history_shows_cache_writes_and_each_purpose(provider_env, tmp_path, capsys):
-    """An Anthropic session's cache writes (billed at 1.25×) and the tokens of each purpose
-    reach `cyrene history`, as the provider reported them (before: no writes, no purposes)."""
-    provider_env.respond_with(responder)
-    data = ["--data", str(tmp_path), "--session", "s1", "--model", "anthropic:claude-sonnet-4-5"]
-    for text in ("早", "晚安"):
-        assert cyrene(capsys, "run", text, *data).code == 0
-    lines = cyrene(capsys, "history", "s1", "--data", str(tmp_path)).out.splitlines()
-    totals = dict(
-        line.split(maxsplit=1) for line in lines if line.split()[0] in ("tokens", "reply")
+def test_a_describer_models_tokens_count_as_vision(emulator):
+    emulator.respond_with(responder)
+    describer = Vision(
+        describer=openai_model(emulator, model=DESCRIBER), model_accepts_images=False
     )
-    replies = [r for r in provider_env.generations() if is_reply(r)]
+    photo = [
+        {"type": "text", "text": "看看这张照片。"},
+        {"type": "image", "base64": SUNSET_PNG, "mime_type": "image/png"},
+    ]
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(
+            make_config(openai_model(emulator), retry=None, features=[describer]), saver
+        )
+        out = graph.invoke({"messages": [HumanMessage(photo)]}, thread("v"))
+    assert counted(out["token_usage"], "vision") == reported(
+        emulator, lambda request: request.model == DESCRIBER
+    )
+
+
+@PROVIDERS
+@pytest.mark.parametrize("run", ["sync", "async"])
+async def test_a_middlewares_own_calls_count_as_middleware(emulator, provider, run):
+    """LLMToolSelectorMiddleware asks a model which tools to offer, inside its wrap_model_call:
+    that call is the middleware's, and the reply it hands on to is counted as a reply, once."""
+    emulator.respond_with(responder)
+    selector = LLMToolSelectorMiddleware(model=client(emulator, provider), max_tools=1)
+    with open_checkpointer("memory") as saver:
+        config = make_config(client(emulator, provider), retry=None, middleware=[selector])
+        graph, turn = build_graph(config, saver), {"messages": [HumanMessage("几点了？")]}
+        out = (
+            graph.invoke(turn, thread("m"))
+            if run == "sync"
+            else await graph.ainvoke(turn, thread("m"))
+        )
+    assert counted(out["token_usage"], "middleware") == reported(emulator, asked(SELECTOR_PROMPT))
+    session = out["token_usage"]["session"]
+    assert (session["input_tokens"], session["output_tokens"]) == reported(
+        emulator, lambda request: True
+    ), "each call counted once"
+
+
+def test_cyrene_history_shows_cache_writes_and_each_purpose(emulator, tmp_path, capsys):
+    """An Anthropic session's cache writes (billed at 1.25×) and its judge's tokens reach
+    `cyrene history`, as the provider reported them. Before: writes always 0 (langchain-anthropic
+    reports them as `ephemeral_5m_input_tokens` with `cache_creation` 0), no purposes."""
+    emulator.respond_with(responder)
+    long = Persona(name="昔涟", instructions="你是昔涟，主人的陪伴者。" * 120)
+    judged = GroupPresence(reply="judged", judge=LLMReplyJudge(anthropic_model(emulator)))
+    config = make_config(
+        anthropic_model(emulator),
+        personas={"xilian": long},
+        retry=None,
+        timezone="Asia/Shanghai",
+        features=[ModelView(layout="cache"), judged],
+    )
+    url = f"sqlite:///{tmp_path / 'checkpoints.db'}"
+    with open_checkpointer(url) as saver:
+        graph = build_graph(config, saver)
+        for text in ("今天谁有空？", "有人去爬山吗？", "周末呢？"):
+            graph.invoke(
+                {"messages": [HumanMessage(text, name="小明")]}, thread("g"), context=GROUP
+            )
+    out = cyrene(capsys, "history", "g", "--checkpoint", url, "--data", str(tmp_path)).out
+    lines = dict(line.split(maxsplit=1) for line in out.splitlines()[-2:])
+    replies = [r for r in emulator.generations() if is_reply(r)]
     written = sum((r.usage or {})["cache_creation_input_tokens"] for r in replies)
     read = sum((r.usage or {})["cache_read_input_tokens"] for r in replies)
-    assert f"(cached {read:,}, cache writes {written:,})" in totals["tokens"]
+    assert written > 0 and f"(cached {read:,}, cache writes {written:,})" in lines["tokens"]
+    judge = reported(emulator, asked(JUDGE_INSTRUCTIONS))
+    assert lines["presence"].startswith(f"input {judge[0]:,}")

@@ -59,7 +59,7 @@ class StoredSession:
     @property
     def token_purposes(self) -> dict[str, Mapping[str, Any]]:
         """The session's totals of the loop's other model calls, per purpose (compaction,
-        presence, extraction); its replies' are `token_usage` less these."""
+        presence, extraction, vision, middleware); its replies' are `token_usage` less these."""
         purposes = (self.values.get("token_usage") or {}).get("purposes") or {}
         return {str(k): u for k, v in purposes.items() if (u := clean_usage(v)) is not None}
 

@@ -125,7 +125,7 @@ class CapacityPolicy(Feature):
 
     tiers: tuple[Tier, ...] = Field(
         default=(),
-        description="`Tier(name, tools, triggers, decay_turns)`s: wake-style tool tiers; none = every tool is offered",
+        description="`Tier(name, tools, triggers, decay_turns)`s: wake-style tool tiers; the first is awake from the start and never sleeps, the others wake on a trigger in the user's text or when the model calls one of their tools, and sleep after `decay_turns` turns unused; tools no tier lists are always offered; none = every tool is offered",
     )
     on_event: Callable[[CapacityEvent], None] | None = Field(
         default=None, description="receives `capacity_awaken` / `capacity_sleep` events"

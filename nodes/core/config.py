@@ -21,10 +21,17 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as as_tool
 from langgraph.types import RetryPolicy
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    field_validator,
+    model_validator,
+)
 
 from memory.protocols import Extractor, MemoryBackend
-from nodes.core.feature import Feature, refuse_unknown_fields
+from nodes.core.feature import MOVED_TO_FEATURES, Feature, refuse_unknown_fields
 from nodes.core.policy import RoundPolicy
 from nodes.kernel.provider_errors import retry_policy
 
@@ -32,39 +39,6 @@ ModelLike = BaseChatModel | str
 FeatureT = TypeVar("FeatureT", bound=Feature)
 
 
-MOVED_TO_FEATURES = {
-    "group_reply": ("GroupPresence", "reply"),
-    "reply_judge": ("GroupPresence", "judge"),
-    "max_context_tokens": ("Compaction", "max_context_tokens"),
-    "compactor": ("Compaction", "compactor"),
-    "capacity": ("CapacityPolicy", "tiers"),
-    "on_capacity": ("CapacityPolicy", "on_event"),
-    "guards": ("Guards", "checks"),
-    "refusal_text": ("Guards", "refusal_text"),
-    "vision": ("Vision", "describer"),
-    "model_accepts_images": ("Vision", "model_accepts_images"),
-    "max_image_bytes": ("Vision", "max_image_bytes"),
-    "thinking_budget": ("Thinking", "thinking_budget"),
-    "reasoning_effort": ("Thinking", "reasoning_effort"),
-    "show_thinking": ("Thinking", "show_thinking"),
-    "model_accepts_thinking": ("Thinking", "model_accepts_thinking"),
-    "fallback_models": ("Fallbacks", "models"),
-    "max_rounds": ("ToolCalls", "max_rounds"),
-    "tool_execution": ("ToolCalls", "execution"),
-    "tool_parallelism": ("ToolCalls", "parallelism"),
-    "hooks": ("ToolCalls", "hooks"),
-    "on_audit": ("ToolCalls", "on_audit"),
-    "context_layout": ("ModelView", "layout"),
-    "attribution_encoding": ("ModelView", "attribution_encoding"),
-    "memory_k": ("ModelView", "memory_k"),
-    "transform_context": ("ModelView", "transform"),
-    "model_view_step": ("ModelView", "own_step"),
-    "extraction_timeout": ("Extraction", "timeout"),
-    "on_turn_end": ("TurnEnd", "hook"),
-    "busy_policy": ("Sessions", "busy_policy"),
-    "busy_timeout": ("Sessions", "busy_timeout"),
-}
-"""`LoopConfig` fields that became a feature's settings: old name → (feature, its field)."""
 MOVED_FIELDS = {
     **dict.fromkeys(
         (
@@ -73,8 +47,9 @@ MOVED_FIELDS = {
             "retry_backoff",
             "retry_max_interval",
             "retry_jitter",
+            "max_attempts",
         ),
-        "part of 'retry'",
+        "part of 'retry' (retry={'max_attempts': 3, 'initial_interval': 0.5, ...})",
     ),
     **{
         old: f"{kind}({field}=...) in features=[...] (from graph import {kind})"
@@ -201,7 +176,7 @@ class LoopConfig(BaseModel):
         gt=0,
         description="seconds a model call may take, the whole streamed reply included; a slower one is abandoned and counts as a transient error (`None` = no limit, as the provider SDKs under LangChain have none)",
     )
-    features: Sequence[Feature] = Field(
+    features: Sequence[SerializeAsAny[Feature]] = Field(
         default=(),
         description="each feature's settings, one entry per feature (`GroupPresence`, `Compaction`, `CapacityPolicy`, `ToolCalls`, `ModelView`, `Guards`, `Vision`, `Thinking`, `Fallbacks`, `Extraction`, `TurnEnd`, `Sessions`); one not listed runs with its defaults (the tables below)",
     )
@@ -230,6 +205,10 @@ class LoopConfig(BaseModel):
     @field_validator("features", mode="before")
     @classmethod
     def _check_features(cls, value: Any) -> tuple[Feature, ...]:
+        if isinstance(value, Feature):
+            raise ValueError(
+                f"features: expected a list of feature settings, e.g. features=[{type(value).__name__}(...)]"
+            )
         features = tuple(value or ())
         for index, feature in enumerate(features):
             if not isinstance(feature, Feature):
@@ -237,7 +216,7 @@ class LoopConfig(BaseModel):
                     f"features[{index}]: expected a feature's settings (GroupPresence, "
                     f"Compaction, …), got {type(feature).__name__}"
                 )
-        if dupes := repeated(type(f).__name__ for f in features):
+        if dupes := repeated(f.kind().__name__ for f in features):
             raise ValueError(f"features: each feature once, repeated: {dupes}")
         return features
 
@@ -317,7 +296,7 @@ class LoopConfig(BaseModel):
             'auto'
         """
         for feature in self.features:
-            if type(feature) is kind:
+            if isinstance(feature, kind):
                 return feature
         return kind.defaults()
 
@@ -327,9 +306,12 @@ class LoopConfig(BaseModel):
         Example:
             >>> quiet = config.with_features(GroupPresence(reply="mentioned"))
         """
-        kinds = {type(f) for f in features}
-        kept = [f for f in self.features if type(f) not in kinds]
-        return self.model_copy(update={"features": (*kept, *features)})
+        given = {feature.kind(): feature for feature in self._check_features(features)}
+        if len(given) < len(features):
+            raise ValueError("with_features: each feature once")
+        kept = [given.pop(f.kind(), f) for f in self.features]  # in its place
+        fields = {name: getattr(self, name) for name in type(self).model_fields}
+        return type(self)(**{**fields, "features": (*kept, *given.values())})
 
     @property
     def tool_names(self) -> list[str]:

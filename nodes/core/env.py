@@ -46,7 +46,7 @@ class SessionEnv(BaseModel):
     )
     mentioned: bool = Field(
         default=False,
-        description="The platform says this input mentions the companion (an @-mention it resolved); a group chat under GroupPresence(reply=\"mentioned\") answers it.",
+        description='The platform says this input mentions the companion (an @-mention it resolved); a group chat under GroupPresence(reply="mentioned") answers it.',
     )
 
     @property

@@ -38,12 +38,15 @@ from collections.abc import Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
+from langchain_core.messages.ai import UsageMetadata
 
 from nodes.core.policy import CallModel, CallSteps, ModelCall, Reply, Round, RoundPolicy
 from nodes.core.reducers import add_messages
 from nodes.core.stages import Stages
 from nodes.kernel.steps import Either, Work, adrive, drive
 from nodes.kernel.tool_results import vetoed_result
+from nodes.token_accounting.aside import add_aside, measured, measuring, unmeasured
+from nodes.token_accounting.state import TokenUsageState
 
 if TYPE_CHECKING:
     from langchain.agents.middleware import AgentMiddleware, ModelResponse
@@ -133,7 +136,9 @@ class MiddlewareHooks(RoundPolicy):
         }[hook]
 
     def before_model(self, round: Round) -> None:
-        update = self.middleware.before_model(_state(round), cast(Any, round.runtime)) or {}
+        update, usage = measured(self.middleware.before_model, _state(round), round.runtime)
+        _count(round, usage)
+        update = update or {}
         messages, jump, rest = _split(update)
         if messages:
             # The view is built from the rewritten transcript, even where `assemble_context`
@@ -150,24 +155,37 @@ class MiddlewareHooks(RoundPolicy):
     def wrap_model_call(self, round: Round, request: ModelCall, call: CallModel) -> CallSteps:
         asked = _langchain_request(round, request)
 
+        # The wrapper's own model calls count as the middleware's; the reply it hands on
+        # to is counted inside, as a reply.
         def handler(changed: LangChainRequest) -> ModelResponse:
-            return _response(drive(call(_our_call(request, changed))))
+            with unmeasured():
+                return _response(drive(call(_our_call(request, changed))))
 
         async def ahandler(changed: LangChainRequest) -> ModelResponse:
-            return _response(await adrive(call(_our_call(request, changed))))
+            with unmeasured():
+                return _response(await adrive(call(_our_call(request, changed))))
 
-        wrap, awrap = self.middleware.wrap_model_call, self.middleware.awrap_model_call
+        async def ameasured() -> tuple[Any, UsageMetadata | None]:
+            with measuring() as spent:
+                result = await self.middleware.awrap_model_call(asked, ahandler)
+            return result, spent()
+
+        wrap = self.middleware.wrap_model_call
         if self._async_wrap and self._sync_wrap:
-            step: Any = Either(lambda: wrap(asked, handler), lambda: awrap(asked, ahandler))
+            step: Any = Either(lambda: measured(wrap, asked, handler), ameasured)
         elif self._sync_wrap:  # the inner steps run in place, on a worker thread
-            step = Work(wrap, (asked, handler), blocks=True)
+            step = Work(measured, (wrap, asked, handler), blocks=True)
         else:
-            step = Either(lambda: _async_only(self.name), lambda: awrap(asked, ahandler))
-        return _reply_of((yield step))
+            step = Either(lambda: _async_only(self.name), ameasured)
+        result, usage = yield step
+        _count(round, usage)
+        return _reply_of(result)
 
     def after_model(self, round: Round, reply: Reply) -> None:
         state = {**_state(round), "messages": [*round.messages, reply.message]}  # with the reply
-        update = self.middleware.after_model(state, cast(Any, round.runtime)) or {}
+        update, usage = measured(self.middleware.after_model, state, round.runtime)
+        _count(round, usage)
+        update = update or {}
         messages, jump, rest = _split(update)
         for message in messages:
             if isinstance(message, AIMessage) and message.id == reply.message.id:
@@ -181,6 +199,12 @@ class MiddlewareHooks(RoundPolicy):
             reply.close([vetoed_result(call, ended) for call in reply.calls_to_run()])
         _see(round, rest)
         round.write(**rest)
+
+
+def _count(round: Round, usage: UsageMetadata | None) -> None:
+    """A hook's own model calls, counted as the middleware's (`token_usage["purposes"]`)."""
+    stored = cast(TokenUsageState, round.state).get("token_usage")
+    add_aside(round.update, stored, "middleware", usage)
 
 
 def _state(round: Round) -> Any:

@@ -12,7 +12,8 @@ each time it is used, and every later model call would walk them all.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import reduce
 from typing import Any, Literal, TypeVar
@@ -24,9 +25,10 @@ from langchain_core.tracers.context import register_configure_hook
 from nodes.token_accounting.state import TokenUsage
 from nodes.token_accounting.usage import clean_usage, summed
 
-Purpose = Literal["compaction", "presence", "extraction"]
+Purpose = Literal["compaction", "presence", "extraction", "vision", "middleware"]
 """Why the loop called a model other than to answer: to compact the view, to decide whether
-to answer a group turn, to extract memories."""
+to answer a group turn, to extract memories, to describe an image, in a LangChain
+middleware's hook (`LLMToolSelectorMiddleware`'s selection, say)."""
 Result = TypeVar("Result")
 
 _MEASURING: ContextVar[UsageMetadataCallbackHandler | None] = ContextVar(
@@ -35,17 +37,40 @@ _MEASURING: ContextVar[UsageMetadataCallbackHandler | None] = ContextVar(
 register_configure_hook(_MEASURING, inheritable=True)
 
 
-def measured(call: Callable[..., Result], *args: Any) -> tuple[Result, UsageMetadata | None]:
-    """`call(*args)` and the tokens its chat-model calls reported (None: none reported).
-    An exception it raises propagates; what it spent before is lost with it."""
+@contextmanager
+def measuring() -> Iterator[Callable[[], UsageMetadata | None]]:
+    """Within the block, every chat-model call's reported tokens are kept; the function it
+    yields sums them (None: none reported). For a call awaited inside the block too."""
     handler = UsageMetadataCallbackHandler()
     token = _MEASURING.set(handler)
     try:
-        result = call(*args)
+        yield lambda: _total(handler)
     finally:
         _MEASURING.reset(token)
+
+
+@contextmanager
+def unmeasured() -> Iterator[None]:
+    """Within the block, no enclosing `measuring` sees the calls (a middleware's wrapper is
+    measured, the reply it hands on to is not: the reply is counted as a reply)."""
+    token = _MEASURING.set(None)
+    try:
+        yield
+    finally:
+        _MEASURING.reset(token)
+
+
+def measured(call: Callable[..., Result], *args: Any) -> tuple[Result, UsageMetadata | None]:
+    """`call(*args)` and the tokens its chat-model calls reported (None: none reported).
+    An exception it raises propagates; what it spent before is lost with it."""
+    with measuring() as spent:
+        result = call(*args)
+    return result, spent()
+
+
+def _total(handler: UsageMetadataCallbackHandler) -> UsageMetadata | None:
     reports = [u for u in map(clean_usage, handler.usage_metadata.values()) if u is not None]
-    return result, reduce(summed, reports) if reports else None
+    return reduce(summed, reports) if reports else None
 
 
 def clean_record(record: Any) -> TokenUsage | None:

@@ -24,7 +24,8 @@ class TokenUsage(TypedDict):
     """The sum over every call of the session, whatever its purpose."""
     purposes: NotRequired[dict[str, UsageMetadata]]
     """The session's sum for each purpose of the loop's other model calls
-    (`nodes.token_accounting.aside.Purpose`): `compaction`, `presence`, `extraction`; the
+    (`nodes.token_accounting.aside.Purpose`): `compaction`, `presence`, `extraction`, `vision`,
+    `middleware`; the
     replies' is `session` less these."""
 
 

@@ -27,6 +27,8 @@ from nodes.kernel.compat import sync_node
 from nodes.kernel.images import ImageError, image_ref, is_image_block, placeholder
 from nodes.kernel.messages import message_text
 from nodes.kernel.transcript import annotated, unanswered_start
+from nodes.token_accounting.aside import add_aside, measuring
+from nodes.token_accounting.state import TokenUsageState
 from nodes.vision.settings import ImageDescriber, Vision, VisionState
 
 log = logging.getLogger("cyrene.vision")
@@ -94,17 +96,22 @@ def make_resolve_vision(loop: Loop) -> Runnable[Any, Any]:
         messages = state["messages"]
         cache = dict(cast(VisionState, state).get("image_descriptions") or {})
         updated: list[BaseMessage] = []
-        for message in messages[unanswered_start(messages) :]:
-            if (
-                isinstance(message, HumanMessage)
-                and isinstance(message.content, list)
-                and any(is_image_block(b) for b in message.content)
-            ):
-                folded, learned = fold_images(message, describe, cache, settings.max_image_bytes)
-                cache.update(learned)
-                updated.append(folded)
+        with measuring() as spent:  # a describer model's tokens count as vision's
+            for message in messages[unanswered_start(messages) :]:
+                if (
+                    isinstance(message, HumanMessage)
+                    and isinstance(message.content, list)
+                    and any(is_image_block(b) for b in message.content)
+                ):
+                    folded, learned = fold_images(
+                        message, describe, cache, settings.max_image_bytes
+                    )
+                    cache.update(learned)
+                    updated.append(folded)
         if not updated:
             return {}
-        return {"messages": updated, "image_descriptions": cache}
+        update: dict[str, Any] = {"messages": updated, "image_descriptions": cache}
+        add_aside(update, cast(TokenUsageState, state).get("token_usage"), "vision", spent())
+        return update
 
     return sync_node(resolve_vision, "resolve_vision")

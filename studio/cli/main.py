@@ -184,6 +184,17 @@ def parser() -> Parser:
     return top
 
 
+def check_choices(top: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """An option with choices whose value came from its environment variable (argparse checks
+    only what the command line gives) is a usage error naming both."""
+    for name, spec in OPTIONS.items():
+        value = getattr(args, name, None)
+        if "choices" in spec and value is not None and value not in spec["choices"]:
+            variable = f" [{ENV[name]}]" if name in ENV else ""
+            choices = ", ".join(spec["choices"])
+            top.error(f"--{name.replace('_', '-')}{variable}: {value!r} is not one of {choices}")
+
+
 def main(argv: list[str] | None = None, *, model: BaseChatModel | None = None) -> int:
     """Run one `cyrene` command; returns its exit code.
 
@@ -192,7 +203,9 @@ def main(argv: list[str] | None = None, *, model: BaseChatModel | None = None) -
         model: a chat model to use instead of `--model` / $CYRENE_MODEL (for embedding, tests).
     """
     try:
-        args = parser().parse_args(argv)
+        top = parser()
+        args = top.parse_args(argv)
+        check_choices(top, args)
     except SystemExit as exc:  # --help, or a usage error already printed
         return int(exc.code or 0)
     try:

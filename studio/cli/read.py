@@ -66,14 +66,20 @@ def session_line(session: StoredSession) -> str:
     return f"{visible(session.thread_id)}  {when}  {session.message_count} messages{usage}"
 
 
+CACHE_WRITES = ("cache_creation", "ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")
+"""Where LangChain puts the input tokens written to a cache: `cache_creation`, or, when the
+API breaks them down by lifetime (Anthropic's does), the two ephemeral counts, with
+`cache_creation` 0."""
+
+
 def token_totals(usage: Mapping[str, Any]) -> str:
     """`input N (cached C, cache writes W)  output N  total N`: the cache reads and writes
     only where a provider reported them (Anthropic bills writes at 1.25×)."""
     details = usage.get("input_token_details") or {}
+    written = [details[key] for key in CACHE_WRITES if details.get(key) is not None]
     cache = [
-        f"{label} {details[key]:,}"
-        for key, label in (("cache_read", "cached"), ("cache_creation", "cache writes"))
-        if details.get(key) is not None
+        *([f"cached {details['cache_read']:,}"] if details.get("cache_read") is not None else []),
+        *([f"cache writes {sum(written):,}"] if written else []),
     ]
     parts = [
         f"input {usage.get('input_tokens', 0):,}" + (f" ({', '.join(cache)})" if cache else ""),
