@@ -40,6 +40,7 @@ from graph.sessions.gate import (
     answered_chunks,
     entry_for,
     holding,
+    ids_given,
     inbox_for,
     merged_input,
     refuse_reentry,
@@ -203,7 +204,8 @@ class CyreneGraph(CompiledStateGraph):
             return (yield from self._answer(outcome.checkpoint_id, config, kwargs))
         answered: str | None = None
         try:
-            run_input = yield from self._claimed_input(outcome, input, config)
+            resendable = ids_given(bound.input)
+            run_input = yield from self._claimed_input(outcome, input, config, resendable)
             if run_input is ANSWERED:
                 answered = ""
                 return (yield from self._answer(None, config, kwargs))
@@ -327,7 +329,11 @@ class CyreneGraph(CompiledStateGraph):
         """The saver's checkpoint tuple at `config`, with its pending writes."""
         return Either(self._saver.get_tuple, self._saver.aget_tuple, (config,))
 
-    def _claimed_input(self, claim: Claim, input: Any, config: RunnableConfig | None) -> Steps:
+    def _claimed_input(
+        self, claim: Claim, input: Any, config: RunnableConfig | None, resendable: bool
+    ) -> Steps:
+        """What the claimed turn runs; `resendable`: the caller gave every message its id, so
+        they may be stored already (messages given new ids never are: no state is read)."""
         if claim.recovering:
             messages = (yield from self._state(self._at(config, None))).values.get("messages", [])
             resumable = yield from self._resumable(config)
@@ -336,7 +342,7 @@ class CyreneGraph(CompiledStateGraph):
             raise _nothing_to_resume(config)
         if not isinstance(input, dict):
             return input
-        if not claim.merged and (yield from self._answered_already(input, config)):
+        if not claim.merged and resendable and (yield from self._answered_already(input, config)):
             return ANSWERED
         return merged_input(claim, input)
 
