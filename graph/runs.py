@@ -23,7 +23,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.errors import GraphBubbleUp
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Durability, StateUpdate
@@ -32,6 +32,7 @@ from graph.sessions.binding import (
     Asked,
     Bound,
     aopened_as,
+    opened_actor,
     opened_as,
     refuse_unrecorded_restricted,
 )
@@ -40,6 +41,7 @@ from graph.sessions.gate import (
     answered_chunks,
     entry_for,
     holding,
+    ids_given,
     inbox_for,
     merged_input,
     refuse_reentry,
@@ -203,15 +205,18 @@ class CyreneGraph(CompiledStateGraph):
             return (yield from self._answer(outcome.checkpoint_id, config, kwargs))
         answered: str | None = None
         try:
-            run_input = yield from self._claimed_input(outcome, input, config)
+            resendable = ids_given(bound.input)
+            run_input = yield from self._claimed_input(outcome, input, config, resendable)
             if run_input is ANSWERED:
                 answered = ""
                 return (yield from self._answer(None, config, kwargs))
+            # Read once for both checks: the session is held, so no other turn writes it.
+            saved = yield self._saved(self._at(config, None))
             if bound.opens_thread:  # another caller may have opened it while this one waited
-                yield from self._still_unbound(bound.env, config)
+                yield from self._still_unbound(bound.env, config, saved)
             with holding(gate.inbox, thread):
                 if isinstance(run_input, dict):
-                    yield from self._finish_dead_step(config)
+                    yield from self._finish_dead_step(config, saved)
                 opening = self._opening(run_input, bound)
                 yield self._turn(opening, config, self._run_kwargs(config, kwargs))
             answered = (yield from self._latest_id(config)) if outcome.merged else ""
@@ -269,10 +274,14 @@ class CyreneGraph(CompiledStateGraph):
         thread = str(thread_id(config))
         return (yield Either(opened_as, aopened_as, (saver, thread)))
 
-    def _still_unbound(self, env: SessionEnv, config: RunnableConfig | None) -> Steps:
-        """Refuse a first turn whose thread another caller opened as another actor first."""
-        saver = self._reader(config)
-        actor = (yield from self._opened_as(saver, config)).actor if saver is not None else None
+    def _still_unbound(
+        self, env: SessionEnv, config: RunnableConfig | None, saved: CheckpointTuple | None
+    ) -> Steps:
+        """Refuse a first turn whose thread another caller opened as another actor first
+        (`saved`: the thread's latest checkpoint, read with the session held)."""
+        actor = opened_actor(saved)
+        if actor is None and saved is not None:  # a fork from before the record: look back
+            actor = (yield from self._opened_as(self._saver, config)).actor
         if actor is not None and actor != env.actor:
             bound_env(
                 env,
@@ -295,18 +304,18 @@ class CyreneGraph(CompiledStateGraph):
                 "session and cannot start one; send a message"
             )
 
-    def _finish_dead_step(self, config: RunnableConfig | None) -> Steps:
+    def _finish_dead_step(
+        self, config: RunnableConfig | None, saved: CheckpointTuple | None
+    ) -> Steps:
         """Before a new turn: finish the turn whose run died after its final reply was saved
         and before the checkpoint after it was. A new run starts from that checkpoint and
         would drop the reply: never stored, its turn never extracted. So the dead turn is
         resumed first, as it was opened, quietly; what is left of it calls no model. A turn
         that died amid its tools is not resumed: the new message moves on, and its dangling
-        calls are closed (`nodes.core.reducers`)."""
-        latest = self._at(config, None)
-        saved = yield self._saved(latest)
+        calls are closed (`nodes.core.reducers`). `saved`: the thread's latest checkpoint."""
         if saved is None or not any(final_reply(w) for w in saved.pending_writes or ()):
             return
-        turn = turn_env((yield from self._state(latest)).values.get("messages", []))
+        turn = turn_env((yield from self._state(self._at(config, None))).values.get("messages", []))
         if turn is None:  # saved before turns recorded their env: who spoke is not known
             return
         kwargs = self._run_kwargs(config, {"context": turn})
@@ -327,7 +336,11 @@ class CyreneGraph(CompiledStateGraph):
         """The saver's checkpoint tuple at `config`, with its pending writes."""
         return Either(self._saver.get_tuple, self._saver.aget_tuple, (config,))
 
-    def _claimed_input(self, claim: Claim, input: Any, config: RunnableConfig | None) -> Steps:
+    def _claimed_input(
+        self, claim: Claim, input: Any, config: RunnableConfig | None, resendable: bool
+    ) -> Steps:
+        """What the claimed turn runs; `resendable`: the caller gave every message its id, so
+        they may be stored already (messages given new ids never are: no state is read)."""
         if claim.recovering:
             messages = (yield from self._state(self._at(config, None))).values.get("messages", [])
             resumable = yield from self._resumable(config)
@@ -336,7 +349,7 @@ class CyreneGraph(CompiledStateGraph):
             raise _nothing_to_resume(config)
         if not isinstance(input, dict):
             return input
-        if not claim.merged and (yield from self._answered_already(input, config)):
+        if not claim.merged and resendable and (yield from self._answered_already(input, config)):
             return ANSWERED
         return merged_input(claim, input)
 

@@ -42,8 +42,11 @@ class SqliteInbox(SqlInbox):
             " payload_type TEXT, payload BLOB, checkpoint_id TEXT, host TEXT NOT NULL,"
             " pid INTEGER NOT NULL, expires REAL NOT NULL)",
             f"CREATE INDEX IF NOT EXISTS {INBOX}_thread ON {INBOX} (thread_id, seq)",
+            # WITHOUT ROWID: one b-tree, keyed by thread, where a rowid table needs its rows and
+            # an index: a lock and its release each write half the pages.
             "CREATE TABLE IF NOT EXISTS cyrene_session_locks (thread_id TEXT PRIMARY KEY,"
-            " ticket TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, expires REAL NOT NULL)",
+            " ticket TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, expires REAL NOT NULL)"
+            " WITHOUT ROWID",
         ]
 
     @contextmanager

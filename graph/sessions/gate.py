@@ -149,6 +149,14 @@ def with_ids(input: Any) -> Any:
     return {**input, "messages": messages}
 
 
+def ids_given(input: Any) -> bool:
+    """Whether every message of `input` came with an id (`with_ids` adds none): only such a
+    call can re-send messages already stored, since an id `with_ids` makes is in no checkpoint."""
+    if not isinstance(input, dict) or not isinstance(input.get("messages"), list):
+        return True
+    return all(not isinstance(m, BaseMessage) or m.id for m in input["messages"])
+
+
 def group_of(input: Any, context: Any, config: RunnableConfig | None) -> str | None:
     """Calls that may share a turn: same context (but for the platform's mention), same
     extra input, same checkpoint."""
