@@ -127,9 +127,9 @@ _LETTERS = st.sampled_from(list("abcdeßİ主人喜欢猫的 ,.!?'_-0123ΣσςÅ
 @given(st.text(_LETTERS, max_size=30), st.text(_LETTERS, max_size=30))
 def test_the_fusion_finds_a_memory_s_terms_as_the_index_reads_them(memory, question):
     """Coverage checks the question's terms against each candidate without listing the
-    candidate's own terms (`lexical.held`): it must find exactly those the index reads."""
+    candidate's own terms (`lexical.Held`): it must find exactly those the index reads."""
     wanted = {*lexical.terms(question), *lexical.terms(memory[2:9])}
-    assert lexical.held(wanted, memory) == wanted & set(lexical.terms(memory))
+    assert lexical.Held(wanted)(memory) == wanted & set(lexical.terms(memory))
 
 
 # -- the index follows the store -------------------------------------------------------------

@@ -73,25 +73,26 @@ def terms(text: str) -> tuple[str, ...]:
     return tuple(raw_terms(text))
 
 
-def held(wanted: Iterable[str], text: str) -> set[str]:
-    """The terms of `wanted` that `terms(text)` holds, found without listing a text's terms
-    (the fusion asks this of every candidate, most seen for the first time at 100,000
-    memories). A CJK term, or a Latin term of three letters (a word, or a longer word's
-    trigram, alike), is held where the casefolded text contains it: such a substring lies
-    within one run. Any other Latin term is a whole word."""
-    folded = text.casefold()
-    words: set[str] | None = None
-    found = set()
-    for term in wanted:
-        if len(term) == 3 or is_cjk_run(term):
-            if term in folded:
-                found.add(term)
-        else:
-            if words is None:
-                words = set(runs(text))
-            if term in words:
-                found.add(term)
-    return found
+class Held:
+    """Which of a question's terms a text holds, found without listing the text's terms
+    (the fusion asks it of every candidate, most of them new at 100,000 memories). A CJK
+    term, or a Latin term of three letters (a word, or a longer word's trigram, alike), is
+    held where the casefolded text contains it: such a substring lies within one run. Any
+    other Latin term is a whole word."""
+
+    def __init__(self, wanted: Iterable[str]) -> None:
+        wanted = list(wanted)
+        self._inside = [t for t in wanted if len(t) == 3 or is_cjk_run(t)]
+        self._words = [t for t in wanted if not (len(t) == 3 or is_cjk_run(t))]
+
+    def __call__(self, text: str) -> set[str]:
+        """The terms of the question that `terms(text)` holds."""
+        folded = text.casefold()
+        found = {t for t in self._inside if t in folded}
+        if self._words:
+            words = set(runs(text))
+            found.update(t for t in self._words if t in words)
+        return found
 
 
 class _Shard:

@@ -21,7 +21,7 @@ import numpy as np
 
 from memory.embedding import has_cjk
 from memory.items import MemoryItem
-from memory.retrieval.lexical import held, terms
+from memory.retrieval.lexical import Held, terms
 
 DAY = 86_400.0
 
@@ -110,8 +110,8 @@ class Fusion:
         if not self.lexical_weight:
             return [float(r) for r in dense]
         readings = [{t: idf(t) for t in set(terms(text))} for text in asked]
-        wanted = {t for weights in readings for t in weights}
-        covered = np.asarray([_coverage(readings, held(wanted, d)) for d in documents])
+        held = Held({t for weights in readings for t in weights})
+        covered = np.asarray([_coverage(readings, held(d)) for d in documents])
         fused = self.lexical_weight * covered + (1 - self.lexical_weight) * dense
         return [float(r) for r in fused]
 
