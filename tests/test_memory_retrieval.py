@@ -8,6 +8,8 @@ Real embedded stores with the default embedding, on real dates.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memory import Fusion, MemoryItem, MemoryStore, Scope, Source
 from memory.retrieval import lexical, search
@@ -66,6 +68,17 @@ def test_age_still_orders_memories_equally_relevant(store):
     assert [r.item.kind for r in store.search("主人喜欢猫", k=2)] == ["new", "old"]
 
 
+def test_age_breaks_a_near_tie_even_when_one_memory_is_asked_for(store):
+    # A search reads Chroma for the most relevant memories first (`Search._best`): the
+    # older one here, 0.988 relevant against 0.984; it must read the fresher one too.
+    older, fresher = note("主人喜欢猫。", days_old=90), note("主人喜欢猫咪")
+    store.add_many([older, fresher])
+    first, second = store.search("主人喜欢猫", k=2)
+    assert (first.item.content, second.item.content) == (fresher.content, older.content)
+    assert first.relevance < second.relevance
+    assert [r.item.content for r in store.search("主人喜欢猫", k=1)] == [fresher.content]
+
+
 # -- two candidate sources -------------------------------------------------------------------
 
 
@@ -105,6 +118,18 @@ def test_restricted_reads_never_get_persona_memories_through_the_lexical_side(st
     assert private.content not in [r.item.content for r in other]
     own = store.search(SECRET, persona_id="xilian", k=8)
     assert own[0].item.content == private.content
+
+
+_LETTERS = st.sampled_from(list("abcdeßİ主人喜欢猫的 ,.!?'_-0123ΣσςÅ\u0301"))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(_LETTERS, max_size=30), st.text(_LETTERS, max_size=30))
+def test_the_fusion_finds_a_memory_s_terms_as_the_index_reads_them(memory, question):
+    """Coverage checks the question's terms against each candidate without listing the
+    candidate's own terms (`lexical.Held`): it must find exactly those the index reads."""
+    wanted = {*lexical.terms(question), *lexical.terms(memory[2:9])}
+    assert lexical.Held(wanted)(memory) == wanted & set(lexical.terms(memory))
 
 
 # -- the index follows the store -------------------------------------------------------------

@@ -36,24 +36,25 @@ def alias_id(item_id: str) -> str:
 
 
 def resolve(
-    collection: Collection, found: Mapping[str, Any], documents: Documents
-) -> list[tuple[MemoryItem, str, float]]:
-    """A query's hits in one collection as (memory, the text that matched, distance): an
-    alias's hit is its successor's, matched by the alias's words."""
-    first = {key: found[key][0] for key in ("ids", "documents", "metadatas", "distances")}
-    items = {item_key(item): item for item in records(first, documents)}
-    missing = list({_successor(m) for m in first["metadatas"] if is_alias(m)} - set(items))
+    collection: Collection, got: Mapping[str, Any], documents: Documents
+) -> dict[str, MemoryItem]:
+    """The memory each record of a `get` (ids, documents, metadatas) stands for: itself, or an
+    alias's successor. A record whose text is gone, or an alias whose successor went, stands
+    for none."""
+    items = {item_key(item): item for item in records(got, documents)}
+    aliases = [(i, m) for i, m in zip(got["ids"], got["metadatas"], strict=True) if is_alias(m)]
+    missing = list({_successor(m) for _, m in aliases} - set(items))
     if missing:
-        got = collection.get(ids=missing, include=["documents", "metadatas"])
-        items.update((item_key(item), item) for item in records(got, documents))
-    texts = documents.unseal(first["ids"], first["documents"])
-    hits = []
-    rows = zip(first["ids"], texts, first["metadatas"], first["distances"], strict=True)
-    for item_id, text, meta, distance in rows:
-        item = items.get(_successor(meta) if is_alias(meta) else item_id)
-        if item is not None and text is not None:  # an alias whose successor went: nothing
-            hits.append((item, text, distance))
-    return hits
+        more = collection.get(ids=missing, include=["documents", "metadatas"])
+        items.update((item_key(item), item) for item in records(more, documents))
+    found = {i: items[i] for i in got["ids"] if i in items}
+    if aliases:
+        sealed = dict(zip(got["ids"], got["documents"], strict=True))
+        words = documents.unseal([i for i, _ in aliases], [sealed[i] for i, _ in aliases])
+        for (alias, meta), text in zip(aliases, words, strict=True):
+            if text is not None and _successor(meta) in items:
+                found[alias] = items[_successor(meta)]
+    return found
 
 
 def leave_alias(

@@ -21,7 +21,7 @@ import numpy as np
 
 from memory.embedding import has_cjk
 from memory.items import MemoryItem
-from memory.retrieval.lexical import terms
+from memory.retrieval.lexical import Held, terms
 
 DAY = 86_400.0
 
@@ -40,6 +40,12 @@ class Decay:
     half_life_days: float = 30.0
     floor: float = 0.2
     tie_break: float = 0.01
+
+    @property
+    def reach(self) -> float:
+        """The most age can move a score, as a share of the best relevance: a memory further
+        than this below the `k`-th best cannot enter the top `k`."""
+        return self.tie_break * (1 - self.floor) if self.half_life_days > 0 else 0.0
 
     def __call__(self, age_seconds: float) -> float:
         if self.half_life_days <= 0:
@@ -104,7 +110,8 @@ class Fusion:
         if not self.lexical_weight:
             return [float(r) for r in dense]
         readings = [{t: idf(t) for t in set(terms(text))} for text in asked]
-        covered = np.asarray([_coverage(readings, set(terms(d))) for d in documents])
+        held = Held({t for weights in readings for t in weights})
+        covered = np.asarray([_coverage(readings, held(d)) for d in documents])
         fused = self.lexical_weight * covered + (1 - self.lexical_weight) * dense
         return [float(r) for r in fused]
 

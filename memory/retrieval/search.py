@@ -16,15 +16,20 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from memory.embedding import cosines
 from memory.items import MemoryItem, Scope, bucket_name
 from memory.retrieval.aliases import resolve
+from memory.retrieval.candidates import (
+    Candidate,
+    nearest_distances,
+    stored_distances,
+    stored_texts,
+)
 from memory.retrieval.lexical import LexicalIndex
 from memory.retrieval.perspective import query_vector, readings
 from memory.retrieval.ranking import Decay, Fusion, SearchResult, rank
 from memory.storage.erasure import Gate, gated
+from memory.storage.lock import StoreLock
 from memory.storage.records import item_key, may_read, records
 from memory.storage.sealing import Documents
 from nodes.kernel.text import clean_text
@@ -57,6 +62,7 @@ class Search:
     _documents: Documents
     _bucket_pool: ThreadPoolExecutor
     _lexical: LexicalIndex
+    _lock: StoreLock | None
 
     if TYPE_CHECKING:
 
@@ -110,18 +116,14 @@ class Search:
         asked = readings(clean_text(query), owner=not restricted)
         vector = query_vector(self.embedding_function.embed_query, asked)
         lexical = bool(fusion.lexical_weight)
-        hits = self._candidates(asked, vector, reader, restricted, max(k * 2, _POOL), lexical)
+        found = self._candidates(asked, vector, reader, restricted, max(k * 2, _POOL), lexical)
         relevances = fusion.relevances(
             asked,
-            [text for _, text, _ in hits],
-            [distance for _, _, distance in hits],
+            [c.text for c in found],
+            [c.distance for c in found],
             self._lexical.idf,
         )
-        best: dict[str, tuple[MemoryItem, float]] = {}  # a memory, and its words' alias
-        for (item, *_), relevance in zip(hits, relevances, strict=True):
-            key = item_key(item)
-            if key not in best or relevance > best[key][1]:
-                best[key] = (item, relevance)
+        best = self._best(found, relevances, reader, restricted, k, decay)
         return rank(
             builtins.list(best.values()),
             now=self.clock(),
@@ -129,6 +131,71 @@ class Search:
             k=k,
             min_relevance=self.min_relevance,
         )
+
+    def _best(
+        self,
+        found: Sequence[Candidate],
+        relevances: Sequence[float],
+        reader: str | None,
+        restricted: bool,
+        k: int,
+        decay: Decay,
+    ) -> dict[str, tuple[MemoryItem, float]]:
+        """The memories `rank` needs, read from Chroma: the most relevant until there are `k`,
+        and every one that age could still lift among them (`Decay.reach`). Each is the
+        memory with its better relevance, as itself or through one of its aliases."""
+        order = sorted(
+            (n for n, r in enumerate(relevances) if r >= self.min_relevance),
+            key=relevances.__getitem__,
+            reverse=True,
+        )
+        reach = decay.reach * (relevances[order[0]] if order else 0.0)
+        best: dict[str, tuple[MemoryItem, float]] = {}
+        done = 0
+        while done < len(order):
+            end = done + k - len(best)
+            if len(best) >= k:
+                kth = sorted((r for _, r in best.values()), reverse=True)[k - 1]
+                end = next(
+                    (n for n in range(done, len(order)) if relevances[order[n]] < kth - reach),
+                    len(order),
+                )
+                if end == done:
+                    break
+            batch = order[done:end]
+            done = end
+            for n, item in self._memories(found, batch, reader, restricted):
+                relevance = relevances[n]
+                key = item_key(item)
+                if key not in best or relevance > best[key][1]:
+                    best[key] = (item, relevance)
+        return best
+
+    def _memories(
+        self, found: Sequence[Candidate], batch: Sequence[int], reader: str | None, restricted: bool
+    ) -> builtins.list[tuple[int, MemoryItem]]:
+        """The memory each of these candidates (by position in `found`) stands for: itself, or
+        an alias's successor, read from its bucket; those the reader may not read dropped
+        loudly."""
+        by_bucket: dict[str, builtins.list[int]] = {}
+        for n in batch:
+            by_bucket.setdefault(found[n].bucket, []).append(n)
+
+        def read(bucket: str) -> builtins.list[tuple[int, MemoryItem]]:
+            collection = self._collection(bucket, create=False)
+            if collection is None:
+                return []
+            ids = [found[n].record_id for n in by_bucket[bucket]]
+            got = collection.get(ids=ids, include=["documents", "metadatas"])
+            stands_for = resolve(collection, got, self._documents)
+            return [
+                (n, stands_for[i])
+                for n, i in zip(by_bucket[bucket], ids, strict=True)
+                if i in stands_for
+            ]
+
+        pairs = [pair for got in self._bucket_pool.map(read, by_bucket) for pair in got]
+        return [(n, item) for n, item in pairs if may_read(item, reader, restricted)]
 
     @gated
     def nearest(
@@ -186,32 +253,51 @@ class Search:
         restricted: bool,
         n: int,
         lexical_side: bool,
-    ) -> builtins.list[tuple[MemoryItem, str, float]]:
+    ) -> builtins.list[Candidate]:
         """The `n` nearest records of each bucket the reader may read and (`lexical_side`)
-        the `n` best by BM25 among those buckets alone, as (memory, the text that matched, distance: the
-        store's space is cosine); memories it may not read are dropped loudly."""
-        collections = self._readable(reader, restricted)
+        the `n` best by BM25 among those buckets alone, with their words and distances
+        (`memory.retrieval.candidates`)."""
+        collections = {_bucket(c): c for c in self._readable(reader, restricted)}
+        # The embedding's side runs on the pool while the lexical index searches here.
+        dense = {
+            bucket: self._bucket_pool.submit(nearest_distances, collection, vector, n)
+            for bucket, collection in collections.items()
+        }
         lexical: dict[str, builtins.list[str]] = {}
         if lexical_side:
-            for collection in collections:
-                self._lexical.follow(_bucket(collection), collection, self._documents)
-            lexical = self._lexical.search(asked, [_bucket(c) for c in collections], n)
+            if self._others_may_write():
+                for bucket, collection in collections.items():
+                    self._lexical.follow(bucket, collection, self._documents)
+            lexical = self._lexical.search(asked, builtins.list(collections), n)
 
-        def nearest(collection: Collection) -> builtins.list[tuple[MemoryItem, str, float]]:
-            # Chroma caps n_results at the collection's count.
-            found: Mapping[str, Any] = collection.query(
-                query_embeddings=[vector],
-                n_results=n,
-                include=["documents", "metadatas", "distances"],
-            )
-            dense = set(found["ids"][0])
-            more = [i for i in lexical.get(_bucket(collection), ()) if i not in dense]
+        def distances(bucket: str) -> dict[str, float]:
+            near = dense[bucket].result()
+            more = [i for i in lexical.get(bucket, ()) if i not in near]
             if more:
-                found = _with(found, collection, more, vector)
-            return resolve(collection, found, self._documents)
+                near = {**near, **stored_distances(collections[bucket], more, vector)}
+            return near
 
-        hits = self._bucket_pool.map(nearest, collections)
-        return [hit for found in hits for hit in found if may_read(hit[0], reader, restricted)]
+        def words(bucket: str, ids: Sequence[str]) -> dict[str, str]:
+            texts = {i: t for i in ids if (t := self._lexical.text(i)) is not None}
+            unknown = [i for i in ids if i not in texts]
+            if unknown:
+                texts.update(stored_texts(collections[bucket], unknown, self._documents))
+            return texts
+
+        found = []
+        for bucket, near in zip(
+            collections, self._bucket_pool.map(distances, collections), strict=True
+        ):
+            texts = words(bucket, builtins.list(near))
+            found += [Candidate(bucket, i, texts[i], d) for i, d in near.items() if i in texts]
+        return found
+
+    def _others_may_write(self) -> bool:
+        """Whether another client may change these buckets behind this handle's lexical
+        index: a Chroma server's, or another handle of this process on the same folder
+        (no other process can: `memory.storage.lock`). Asking Chroma for a bucket's count
+        costs ~4 ms, on the search's path once a second."""
+        return self._lock is None or self._lock.shared
 
     def _readable(self, reader: str | None, restricted: bool) -> builtins.list[Collection]:
         """The existing buckets the reader may read. Each is then read side by side (the
@@ -226,21 +312,3 @@ class Search:
 
 def _bucket(collection: Collection) -> str:
     return str(collection.metadata["bucket"])
-
-
-def _with(
-    found: Mapping[str, Any], collection: Collection, ids: Sequence[str], vector: Any
-) -> dict[str, Any]:
-    """A query's result with these records added, each at its stored vector's distance."""
-    got: Mapping[str, Any] = collection.get(
-        ids=builtins.list(ids), include=["documents", "metadatas", "embeddings"]
-    )
-    stored = np.asarray(got["embeddings"], dtype=np.float32)
-    query = np.asarray(vector, dtype=np.float32)
-    norms = np.linalg.norm(stored, axis=1) * max(float(np.linalg.norm(query)), 1e-12)
-    distances = 1.0 - (stored @ query) / np.maximum(norms, 1e-12)
-    added = {**got, "distances": [float(d) for d in distances]}
-    return {
-        key: [builtins.list(found[key][0]) + builtins.list(added[key])]
-        for key in ("ids", "documents", "metadatas", "distances")
-    }

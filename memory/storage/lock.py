@@ -59,6 +59,13 @@ class StoreLock:
             share.holders += 1
         return cls(folder)
 
+    @property
+    def shared(self) -> bool:
+        """Whether another handle of this process holds the folder too (so may write it)."""
+        with _GUARD:
+            share = _SHARES.get(self.folder)
+            return self._held and share is not None and share.holders > 1
+
     def release(self) -> None:
         """Give up this handle's share; the last one unlocks. Idempotent."""
         with _GUARD:
