@@ -1,13 +1,13 @@
 """Cacheable share: how much of each request a provider's prompt cache can bill cheaply.
 
-    python -m tests.bench.cache     # the docs/benchmarks.md rows, for `context_layout="round_first"` and `"cache"`
+    python -m tests.bench.cache     # the docs/benchmarks.md rows, for `ModelView(layout="round_first")` and `"cache"`
 
 A steady owner chat of `TURNS` turns, the same under each layout: a persona
 with a companion's instructions (`INSTRUCTIONS`, ~490 characters), a real
 memory store (`MEMORIES`, the offline lexical embedding) whose block follows
 each message's topic, a clock that moves 3 minutes a turn, working memory the
 application rewrites every turn, replies of a companion's length, and a tool
-call every fifth turn. Compaction is off (`max_context_tokens=0`): this
+call every fifth turn. Compaction is off (`Compaction(max_context_tokens=0)`): this
 measures the layout alone. The model is scripted; each request it is sent is
 turned into the real `ChatOpenAI` or `ChatAnthropic` payload (offline) and
 compared with the previous request (`tests/cache_share.py` says how: OpenAI's

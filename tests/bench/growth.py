@@ -4,7 +4,7 @@
     python -m tests.bench.growth --quick    # 300 turns, to check that it runs
 
 One session of short chat turns (a zero-latency model that keeps nothing of
-what it is sent), compaction on (`max_context_tokens=2000`, so the session
+what it is sent), compaction on (`Compaction(max_context_tokens=2000)`, so the session
 reaches its steady state within its first hundred turns): ours on a SQLite
 file and on Postgres, and `create_agent` on SQLite beside it up to 1,000 turns
 (its checkpoints store the whole transcript every step, so its file grows

@@ -35,7 +35,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
-from graph import LoopConfig, Persona, SessionEnv, build_graph, open_checkpointer
+from graph import LoopConfig, Persona, SessionEnv, Sessions, build_graph, open_checkpointer
 from graph.sessions import queued
 from tests.bench.table import print_bench
 
@@ -253,7 +253,7 @@ def burst_calls(policy: str) -> int:
     started, release = threading.Event(), threading.Event()
     model = CountingModel(latency=0.01, hold=(started, release))
     with open_checkpointer("memory") as saver:
-        graph = ours(model, saver, busy_policy=policy)
+        graph = ours(model, saver, features=[Sessions(busy_policy=policy)])
         group = SessionEnv(actor="group")
 
         def send(i: int) -> None:
