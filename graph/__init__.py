@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from nodes.presence.judges import LLMReplyJudge as LLMReplyJudge
     from nodes.presence.judges import ReplyScorer as ReplyScorer
     from nodes.presence.settings import GroupPresence as GroupPresence
+    from nodes.recall.settings import ConversationRecall as ConversationRecall
     from nodes.thinking.settings import Thinking as Thinking
     from nodes.tools.hooks import AuditEvent as AuditEvent
     from nodes.tools.hooks import ToolHooks as ToolHooks
@@ -78,6 +79,7 @@ __getattr__, __dir__ = lazy_exports(
         "CapacityPolicy": "nodes.capacity.policy",
         "Compaction": "nodes.compaction.settings",
         "Compactor": "nodes.compaction.settings",
+        "ConversationRecall": "nodes.recall.settings",
         "Extraction": "nodes.extraction.settings",
         "ExtractionLedger": "nodes.extraction.ledger",
         "Fallbacks": "nodes.fallbacks.settings",
@@ -140,6 +142,7 @@ __all__ = [
     "CapacityPolicy",
     "Compaction",
     "Compactor",
+    "ConversationRecall",
     "Extraction",
     "ExtractionLedger",
     "Fallbacks",

@@ -230,4 +230,5 @@ def build_graph(
         trace_facts=loop.trace_facts,
         records_turns=config.extractor is not None and config.memory is not None,
         persona_of=loop.persona_for,
+        clock=loop.now,
     ).with_config(max_concurrency=config.feature(ToolCalls).parallelism)

@@ -18,6 +18,7 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -126,9 +127,12 @@ class CyreneGraph(CompiledStateGraph):
         trace_facts: TraceFacts | None = None,
         records_turns: bool = False,
         persona_of: PersonaOf = lambda env: env.persona_id,
+        clock: Callable[[], datetime] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.clock = clock
+        """Dates each admitted message (`nodes.kernel.transcript.SAID_AT`)."""
         self.trace_facts = trace_facts
         self.records_turns = records_turns
         self.persona_of = persona_of
@@ -379,7 +383,8 @@ class CyreneGraph(CompiledStateGraph):
         return configurable(saved.config)["checkpoint_id"] if saved else ""
 
     def _admit(self, input: Any, config: RunnableConfig | None, context: Any) -> tuple[Any, Any]:
-        return admit(input, config, context, max_image_bytes=self.max_image_bytes)
+        now = self.clock() if self.clock is not None else None
+        return admit(input, config, context, max_image_bytes=self.max_image_bytes, now=now)
 
     def _asked(self, input: Any, config: RunnableConfig | None, kwargs: dict) -> Asked:
         """The run as its caller asked for it, admitted (bad input fails here, at once). A

@@ -15,6 +15,7 @@ from pydantic.fields import FieldInfo
 from graph import (
     CapacityPolicy,
     Compaction,
+    ConversationRecall,
     Extraction,
     Fallbacks,
     Feature,
@@ -34,6 +35,7 @@ FEATURES: tuple[tuple[type[Feature], str], ...] = (
     (GroupPresence, "nodes/presence"),
     (Compaction, "nodes/compaction"),
     (ModelView, "nodes/context"),
+    (ConversationRecall, "nodes/recall"),
     (ToolCalls, "nodes/tools"),
     (CapacityPolicy, "nodes/capacity"),
     (Guards, "nodes/guards"),

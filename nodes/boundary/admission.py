@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -78,6 +79,7 @@ def admit(
     context: Any,
     *,
     max_image_bytes: int = MAX_IMAGE_BYTES,
+    now: datetime | None = None,
 ) -> tuple[Any, SessionEnv | None]:
     """The run's input and context as the loop may take them, or an exception.
 
@@ -96,6 +98,7 @@ def admit(
         trusted=isinstance(input, Trusted),
         max_image_bytes=max_image_bytes,
         mentioned=env is not None and env.mentioned,
+        now=now,
     )
     raw = input.input if isinstance(input, Trusted) else input
     if raw is None:

@@ -10,7 +10,8 @@ assistant's tool calls checked to be answered.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from langchain_core.messages import (
@@ -28,7 +29,7 @@ from nodes.kernel.messages import message_text
 from nodes.kernel.replies import usable_call_id
 from nodes.kernel.sanitize import UNNAMED_MEMBER, check_id, display_name
 from nodes.kernel.text import clean_text, is_blank, single_line
-from nodes.kernel.transcript import RESTRICTED, annotated
+from nodes.kernel.transcript import RESTRICTED, SAID_AT, annotated, annotations_of, said_at
 from nodes.presence.mentions import MENTIONED
 
 
@@ -48,6 +49,10 @@ class Rules:
     unnamed_is_owner: bool = True
     """A human message without a name is the owner's; when not (an `update_state` edit of a
     thread that is not the owner's), a neutral third party's."""
+    now: datetime | None = None
+    """When the run arrived: each admitted human message is dated with it (`SAID_AT`),
+    unless it is the application's and brings a date of its own (as an assistant message
+    of the application's may; one that does not is said in its turn)."""
 
 
 def admit_messages(raw: Any, rules: Rules, *, opening: bool = True) -> list[BaseMessage]:
@@ -91,12 +96,15 @@ def admit_message(item: Any, where: str, rules: Rules) -> BaseMessage:
         stamps = {MENTIONED: True} if rules.mentioned else {}
         if rules.restricted:
             stamps[RESTRICTED] = True  # said in a group or stranger session: never extracted
+        stamps.update(date_stamp(message, where, rules))
         return annotated(human, **stamps) if stamps else human
     if rules.trusted and isinstance(message, SystemMessage):
         text = admit_content(message.content, where, max_image_bytes=None)
         return SystemMessage(text, id=message_id)
     if rules.trusted and isinstance(message, AIMessage):
-        return admit_reply(message, where, message_id)
+        reply = admit_reply(message, where, message_id)
+        stamp = date_stamp(message, where, replace(rules, now=None))  # undated: its turn's
+        return annotated(reply, **stamp) if stamp else reply
     if rules.trusted and isinstance(message, ToolMessage):
         return admit_tool_result(message, where, message_id)
     allowed = (
@@ -106,6 +114,17 @@ def admit_message(item: Any, where: str, rules: Rules) -> BaseMessage:
     )
     kind = type(message).__name__
     raise ValueError(f"{where}: a {kind} cannot be turn input; a turn takes {allowed}")
+
+
+def date_stamp(message: BaseMessage, where: str, rules: Rules) -> dict[str, str]:
+    """The `SAID_AT` annotation of an admitted message: the date a trusted message brings
+    (`nodes.kernel.transcript.dated`), else the run's arrival ({} without a clock)."""
+    given = annotations_of(message).get(SAID_AT) if rules.trusted else None
+    if given is not None:
+        if said_at(message) is None:
+            raise ValueError(f"{where}: {SAID_AT} {given!r} is not an ISO 8601 date")
+        return {SAID_AT: given}
+    return {SAID_AT: rules.now.isoformat()} if rules.now is not None else {}
 
 
 def admit_reply(message: AIMessage, where: str, message_id: str | None) -> AIMessage:

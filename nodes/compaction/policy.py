@@ -238,6 +238,7 @@ class CompactWhenDue(RoundPolicy):
             round.write(**update)
             round.state = applied(round.state, update)
             view_args = (self.loop, round.env, round.state)
-            round.view = yield Work(view_of_state, view_args, blocks=self.view_blocks)
+            assemble = partial(view_of_state, config=round.config)
+            round.view = yield Work(assemble, view_args, blocks=self.view_blocks)
             request = request.override(view=round.view)
         return (yield from call(request))

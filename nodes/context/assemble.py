@@ -16,13 +16,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
 
 from memory.retrieval.block import format_memory_block
-from nodes.context.attribution import attribute_conversation
+from nodes.context.attribution import attribute_conversation, describe_speaker
 from nodes.context.encoding import encode_for_provider, without_unsafe_names
 from nodes.context.layout import LAYOUTS, Blocks
 from nodes.context.settings import ModelView
@@ -32,6 +34,7 @@ from nodes.core.state import LoopState, Summary, uncovered_start
 from nodes.kernel.replies import unique_call_ids
 from nodes.kernel.text import as_data
 from nodes.kernel.transcript import current_round, is_hidden, latest_user_text
+from nodes.recall.block import recall_block
 
 if TYPE_CHECKING:
     from nodes.core.loop import Loop
@@ -108,15 +111,26 @@ def assemble_view(
     summary: Summary | None = None,
     with_memory: bool = True,
     with_transform: bool = True,
+    config: RunnableConfig | None = None,
+    archived: int = 0,
 ) -> list[BaseMessage]:
     """The exact message list the model is sent this round (`with_memory=False`,
     `with_transform=False`: minus the memory block and the caller's transform, which is how
-    compaction estimates the view without searching or transforming twice)."""
+    compaction estimates the view without searching or transforming twice). With the
+    run's `config` and the session's `archived` count, the memory block also recalls the
+    archived conversation (`nodes.recall`)."""
     persona_id = loop.persona_for(env)
     conversation = unique_call_ids(visible_conversation(messages, summary))
-    memory = (
-        memory_block(loop, env, persona_id, latest_user_text(conversation)) if with_memory else ""
-    )
+    memory = ""
+    if with_memory:
+        query = latest_user_text(conversation)
+        # Every archived message has a known speaker: unlabelled ones are the owner's and
+        # the answering persona's, as in a restricted session.
+        describe = partial(
+            describe_speaker, restricted=True, current=persona_id, display_name=loop.display_name
+        )
+        recalled = recall_block(loop, env, config, archived, query, describe)
+        memory = "\n\n".join(b for b in (memory_block(loop, env, persona_id, query), recalled) if b)
     blocks = round_blocks(
         loop, persona_id, working_memory=working_memory, memory=memory, summary=summary
     )
@@ -151,10 +165,16 @@ def apply_transform(loop: Loop, view: list[BaseMessage], round_: int) -> list[Ba
 
 
 def view_of_state(
-    loop: Loop, env: SessionEnv, state: LoopState, *, estimate: bool = False
+    loop: Loop,
+    env: SessionEnv,
+    state: LoopState,
+    *,
+    estimate: bool = False,
+    config: RunnableConfig | None = None,
 ) -> list[BaseMessage]:
     """The round's view from the session's state (`estimate`: as compaction counts it,
-    without the memory block and the caller's transform)."""
+    without the memory block and the caller's transform; `config`: the run's, to recall
+    the session's archived conversation)."""
     return assemble_view(
         loop,
         env,
@@ -163,4 +183,6 @@ def view_of_state(
         summary=state.get("summary"),
         with_memory=not estimate,
         with_transform=not estimate,
+        config=config,
+        archived=(state.get("archived") or {}).get("messages", 0),
     )

@@ -28,7 +28,7 @@ def make_assemble_context(loop: Loop) -> RunnableCallable:
         state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]
     ) -> dict[str, Any]:
         """Build the model's view for this round (instructions, time, memories, attribution)."""
-        return {"model_view": view_of_state(loop, env_of(runtime), state)}
+        return {"model_view": view_of_state(loop, env_of(runtime), state, config=config)}
 
     async def aassemble_context(
         state: LoopState, config: RunnableConfig, runtime: Runtime[SessionEnv]

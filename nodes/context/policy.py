@@ -34,5 +34,7 @@ class ContextView(RoundPolicy):
     def before_model(self, round: Round) -> None:
         assembled = round.state.get("model_view")
         round.view = (
-            list(assembled) if assembled else view_of_state(self.loop, round.env, round.state)
+            list(assembled)
+            if assembled
+            else view_of_state(self.loop, round.env, round.state, config=round.config)
         )

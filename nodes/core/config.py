@@ -178,7 +178,7 @@ class LoopConfig(BaseModel):
     )
     features: Sequence[SerializeAsAny[Feature]] = Field(
         default=(),
-        description="each feature's settings, one entry per feature (`GroupPresence`, `Compaction`, `CapacityPolicy`, `ToolCalls`, `ModelView`, `Guards`, `Vision`, `Thinking`, `Fallbacks`, `Extraction`, `TurnEnd`, `Sessions`); one not listed runs with its defaults (the tables below)",
+        description="each feature's settings, one entry per feature (`GroupPresence`, `Compaction`, `CapacityPolicy`, `ToolCalls`, `ModelView`, `ConversationRecall`, `Guards`, `Vision`, `Thinking`, `Fallbacks`, `Extraction`, `TurnEnd`, `Sessions`); one not listed runs with its defaults (the tables below)",
     )
     middleware: Sequence[Any] = Field(
         default=(),

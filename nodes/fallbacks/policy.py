@@ -95,7 +95,7 @@ class FallbackModels(RoundPolicy):
 
         if shape(fallback) == shape(self.loop):
             return view
-        return view_of_state(fallback, round.env, round.state)
+        return view_of_state(fallback, round.env, round.state, config=round.config)
 
 
 def gave_up(attempt: int, errors: list[Exception]) -> Exception:

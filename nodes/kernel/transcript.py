@@ -6,6 +6,7 @@ current turn starts, which round it is in, which tool calls are unanswered.
 """
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from langchain_core.messages import (
@@ -50,6 +51,27 @@ RESTRICTED = "restricted"
 def said_in_restricted(message: BaseMessage) -> bool:
     """Words said in a group or stranger session: no memory extraction reads them."""
     return bool(annotations_of(message).get(RESTRICTED))
+
+
+SAID_AT = "said_at"
+"""Annotation of a message the boundary admitted: when it was said (ISO 8601). The loop's
+clock stamps it; the application may give it to what it imports (`dated`)."""
+
+
+def dated(message: MessageT, when: datetime) -> MessageT:
+    """`message` said at `when`: how an application dates the history it imports
+    (`Trusted`); the boundary keeps the date of a trusted message and stamps the rest."""
+    return annotated(message, **{SAID_AT: when.isoformat()})
+
+
+def said_at(message: BaseMessage) -> datetime | None:
+    """When a message was said, if the boundary dated it (None: a reply, a tool result, or
+    a message stored before dates were kept)."""
+    stamp = annotations_of(message).get(SAID_AT)
+    try:
+        return datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
+    except ValueError:
+        return None
 
 
 def turn_start(messages: Sequence[BaseMessage]) -> int:

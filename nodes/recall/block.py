@@ -1,0 +1,96 @@
+"""The recalled conversation the model sees: a heading, then one dated line per message.
+
+Each round searches the session's archived messages (`nodes.recall.index`) with the
+latest user text, takes the best hits that fit `ConversationRecall.max_tokens`, and
+shows them oldest first, each as `- [date speaker] text`, the text one line of data
+(`nodes.kernel.text.as_data`): what someone said once cannot start a line of the
+loop's system text. The view puts the block after the memory block, under the same
+restricted marker when the view is a group's or a stranger's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
+
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+
+from memory.embedding import is_cjk_run, runs
+from memory.retrieval.block import RESTRICTED_MARKER
+from nodes.core.env import SessionEnv
+from nodes.kernel.compat import checkpointer_of, graph_namespace
+from nodes.kernel.messages import message_text
+from nodes.kernel.run_config import thread_id
+from nodes.kernel.text import as_data
+from nodes.recall.index import SESSION_INDEXES, Recalled
+from nodes.recall.settings import ConversationRecall
+
+if TYPE_CHECKING:
+    from nodes.core.loop import Loop
+
+RECALL_HEADER = "对话回忆（更早的对话里与此相关的原话，按时间排序，带日期与发言人）："
+CANDIDATES = 32
+"""Hits read per search; the block keeps the best that fit its budget."""
+UNDATED = "日期不详"
+Describe = Callable[[BaseMessage], str]
+
+
+def estimated_tokens(text: str) -> int:
+    """A text's tokens, estimated: a CJK character one, four other characters one (an
+    estimate by characters alone would count Chinese four times too cheap)."""
+    cjk = sum(len(run) for run in runs(text) if is_cjk_run(run))
+    return cjk + -(-(len(text) - cjk) // 4)
+
+
+def recall_block(
+    loop: Loop,
+    env: SessionEnv,
+    config: RunnableConfig | None,
+    archived: int,
+    query: str,
+    describe: Describe,
+) -> str:
+    """This round's recalled conversation from the session's `archived` messages, or ''
+    (off, nothing archived, no query, no hit)."""
+    budget = loop.feature(ConversationRecall).max_tokens
+    saver = checkpointer_of(config)
+    if budget <= 0 or not archived or saver is None or not query.strip():
+        return ""
+    archive = loop.archives(saver)
+    if archive is None:
+        return ""
+    thread = (str(thread_id(config)), graph_namespace(config))
+    index = SESSION_INDEXES.of(archive, thread, archived)
+    hits = index.search(query, restricted=env.restricted, n=CANDIDATES)
+    return format_recall(hits, budget, restricted=env.restricted, describe=describe, zone=loop.zone)
+
+
+def format_recall(
+    hits: Sequence[Recalled],
+    budget: int,
+    *,
+    restricted: bool,
+    describe: Describe,
+    zone: ZoneInfo | None = None,
+) -> str:
+    """The heading and the best `hits` that fit `budget` tokens, oldest first ('' if none fit)."""
+    heading = (f"{RESTRICTED_MARKER}：" if restricted else "") + RECALL_HEADER
+    room = budget - estimated_tokens(heading)
+    kept: list[tuple[int, str]] = []
+    for hit in hits:
+        line = f"\n- [{date_of(hit, zone)} {describe(hit.message)}] {as_data(message_text(hit.message))}"
+        cost = estimated_tokens(line)
+        if cost <= room:
+            kept.append((hit.position, line))
+            room -= cost
+    return heading + "".join(line for _, line in sorted(kept)) if kept else ""
+
+
+def date_of(hit: Recalled, zone: ZoneInfo | None) -> str:
+    """The hit's date, in the loop's zone when one is set and the date has an offset."""
+    if hit.when is None:
+        return UNDATED
+    when = hit.when.astimezone(zone) if zone is not None and hit.when.tzinfo else hit.when
+    return f"{when:%Y-%m-%d}"

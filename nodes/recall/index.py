@@ -1,0 +1,162 @@
+"""Each session's archived messages, searchable: a BM25 index in RAM, filled in the background.
+
+The archive (`graph.storage.archive`) is the record; the index is a cache of it,
+rebuilt from it after a restart and kept beside the archive object of the process
+(`SessionIndexes`). It is the memory store's own lexical engine
+(`memory.retrieval.lexical.LexicalIndex`: tantivy, Latin words and trigrams, CJK
+characters and bigrams), so a Chinese or an English question finds the words it
+shares with what was said, with no model to download.
+
+Scope is structural. An index belongs to one thread (one session), so a search can
+only ever return that session's words. Inside it, each message goes to one of two
+buckets: what was said in a group or stranger session (a human message the boundary
+marked `RESTRICTED`, and every message of the turn it opened) and everything else.
+A restricted view searches only the first, an owner's view only the second; so even a
+thread whose turns were opened under both (a thread no session binding guards) never
+lets an owner's words reach a restricted view.
+
+Writes stay off the turn's path: a round that finds its index behind the archive
+hands the catch-up to a background thread and searches what is indexed already. Text
+stays in RAM, as the memory store's lexical index does: no file of the index holds a
+word in the clear.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from datetime import datetime
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+from memory.retrieval.lexical import LexicalIndex
+from nodes.core.protocols import TranscriptArchive
+from nodes.kernel.messages import message_text
+from nodes.kernel.transcript import is_hidden, said_at, said_in_restricted
+
+log = logging.getLogger("cyrene.recall")
+
+OWNER, RESTRICTED = "owner", "restricted"
+"""The two buckets of a session's index: an owner's view reads one, a restricted view the other."""
+READ_PAGE = 500
+"""Archived messages read per query while catching up."""
+SESSIONS_KEPT = 16
+"""Session indexes a process keeps per archive; the least recently used is dropped (and
+rebuilt from the archive when its session speaks again)."""
+Thread = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """One archived message a search found."""
+
+    position: int
+    """Its place in the session's whole transcript."""
+    message: BaseMessage
+    when: datetime | None
+    """When it was said: its own date, else its turn's (a reply is said in its turn)."""
+
+
+class SessionIndex:
+    """One session's archived messages, by position, searchable by bucket."""
+
+    def __init__(self) -> None:
+        self.lexical = LexicalIndex()
+        self.indexed = 0
+        """Archived positions [0, indexed) are read."""
+        self._found: dict[str, Recalled] = {}
+        self._when: datetime | None = None  # the date of the last dated message read
+        self._bucket = OWNER  # the bucket of the last human message read
+        self._lock = threading.Lock()
+
+    def catch_up(self, archive: TranscriptArchive, thread: Thread, upto: int) -> None:
+        """Index archived positions [indexed, upto)."""
+        with self._lock:
+            while self.indexed < upto:
+                stop = min(self.indexed + READ_PAGE, upto)
+                self._add(self.indexed, archive.read(thread, self.indexed, stop))
+                self.indexed = stop
+
+    def _add(self, start: int, messages: Sequence[BaseMessage]) -> None:
+        kept: dict[str, tuple[list[str], list[str]]] = {OWNER: ([], []), RESTRICTED: ([], [])}
+        for position, message in enumerate(messages, start):
+            self._when = said_at(message) or self._when
+            if isinstance(message, HumanMessage):
+                self._bucket = RESTRICTED if said_in_restricted(message) else OWNER
+            text = message_text(message).strip()
+            if not isinstance(message, HumanMessage | AIMessage) or is_hidden(message) or not text:
+                continue  # tool results, system notes, blocked and empty messages
+            key = str(position)
+            self._found[key] = Recalled(position, message, self._when)
+            ids, texts = kept[self._bucket]
+            ids.append(key)
+            texts.append(text)
+        for bucket, (ids, texts) in kept.items():
+            self.lexical.put(bucket, ids, texts)
+
+    def search(self, query: str, *, restricted: bool, n: int) -> list[Recalled]:
+        """The `n` best messages for `query` in the bucket the view may read, best first."""
+        bucket = RESTRICTED if restricted else OWNER
+        found = self.lexical.search([query], [bucket], n).get(bucket, [])
+        return [self._found[key] for key in found]
+
+
+class SessionIndexes:
+    """The session indexes of one process, per archive, and the thread that fills them."""
+
+    def __init__(self) -> None:
+        self._by_archive: weakref.WeakKeyDictionary[
+            TranscriptArchive, OrderedDict[Thread, SessionIndex]
+        ] = weakref.WeakKeyDictionary()
+        self._pending: dict[tuple[int, Thread], Future[None]] = {}
+        self._lock = threading.Lock()
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="cyrene-recall")
+
+    def of(self, archive: TranscriptArchive, thread: Thread, archived: int) -> SessionIndex:
+        """The session's index, its catch-up with the `archived` messages started in the
+        background when it is behind (this round searches what is indexed already)."""
+        with self._lock:
+            sessions = self._by_archive.setdefault(archive, OrderedDict())
+            index = sessions.get(thread)
+            if index is None or index.indexed > archived:  # new, or a fork rewrote the archive
+                index = sessions[thread] = SessionIndex()
+            sessions.move_to_end(thread)
+            while len(sessions) > SESSIONS_KEPT:
+                sessions.popitem(last=False)
+            key = (id(archive), thread)
+            if index.indexed < archived and key not in self._pending:
+                self._pending[key] = self._worker.submit(
+                    self._catch_up, key, index, archive, thread, archived
+                )
+        return index
+
+    def _catch_up(
+        self,
+        key: tuple[int, Thread],
+        index: SessionIndex,
+        archive: TranscriptArchive,
+        thread: Thread,
+        archived: int,
+    ) -> None:
+        try:
+            index.catch_up(archive, thread, archived)
+        except Exception:
+            log.exception("indexing the archived conversation failed; a later round retries")
+        finally:
+            with self._lock:
+                self._pending.pop(key, None)
+
+    def settled(self, timeout: float | None = None) -> bool:
+        """Wait until every catch-up started so far is done (tests, benches); whether all were."""
+        with self._lock:
+            pending = list(self._pending.values())
+        return not wait(pending, timeout=timeout).not_done
+
+
+SESSION_INDEXES = SessionIndexes()
+"""This process's session indexes: one per thread and archive, shared by every graph."""
