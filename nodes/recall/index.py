@@ -72,6 +72,7 @@ class SessionIndex:
         self._found: dict[str, Recalled] = {}
         self._when: datetime | None = None  # the date of the last dated message read
         self._bucket = OWNER  # the bucket of the last human message read
+        self._previous: dict[str, str] = {}  # the last message read, by its bucket
         self._lock = threading.Lock()
 
     def catch_up(self, archive: TranscriptArchive, thread: Thread, upto: int) -> None:
@@ -95,7 +96,11 @@ class SessionIndex:
             self._found[key] = Recalled(position, message, self._when)
             ids, texts = kept[self._bucket]
             ids.append(key)
-            texts.append(text)
+            # Indexed with the message before it, when of the same bucket: an answer often
+            # shares no word with the question that the message it answers holds.
+            before = self._previous.get(self._bucket, "")
+            texts.append(f"{before} {text}" if before else text)
+            self._previous = {self._bucket: text}
         for bucket, (ids, texts) in kept.items():
             self.lexical.put(bucket, ids, texts)
 
