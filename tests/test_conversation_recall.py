@@ -78,11 +78,19 @@ def asked(graph, model, name: str, question: str, env: SessionEnv | None = None)
 
 
 def recalled_lines(view: str) -> list[str]:
-    """The lines of the recall block in a view's text ([] when there is none)."""
+    """The recall block's messages in a view's text, each as `date speaker：text` ([] when
+    there is no block)."""
     if RECALL_HEADER not in view:
         return []
-    block = view.split(RECALL_HEADER, 1)[1]
-    return [line for line in block.split("\n")[1:] if line.startswith("- [")]
+    lines, day = [], None
+    for line in view.split(RECALL_HEADER, 1)[1].split("\n")[1:]:
+        if line.startswith("[") and line.endswith("]"):
+            day = line[1:-1]
+        elif line.startswith("- "):
+            lines.append(f"{day} {line[2:]}")
+        else:
+            break
+    return lines
 
 
 def test_an_archived_message_comes_back_with_its_date_and_speaker():
@@ -94,18 +102,22 @@ def test_an_archived_message_comes_back_with_its_date_and_speaker():
         window = graph.get_state(thread("owner")).values["messages"]
         assert all(fact not in message_text(m) for m in window), "the fact is archived"
         view = asked(graph, model, "owner", "我妹妹去大理学什么了？")
-    assert "- [2025-03-04 主人] " + fact in recalled_lines(view)
+    assert "2025-03-04 主人：" + fact in recalled_lines(view)
 
 
-def test_a_reply_is_dated_by_its_turn_and_named_by_its_persona():
+def test_a_reply_is_dated_by_its_turn_and_named_by_who_said_it():
+    """An undated reply is said in its turn; the answering persona's own words are `你`,
+    another persona's carry its name."""
     model = endless()
     history = filler(60)
     history[9] = AIMessage("苍山的陶艺课每周三上课，记得带围裙。", name="xilian")  # undated
+    history[11] = dated(AIMessage("陶艺课的老师姓林。", name="aglaea"), START)
     with open_checkpointer("memory") as saver:
         graph = graph_of(model, saver)
         imported(graph, "reply", history)
-        view = asked(graph, model, "reply", "陶艺课哪天上课？")
-    assert "- [2025-03-05 「昔涟」（xilian）] 苍山的陶艺课每周三上课，记得带围裙。" in view
+        lines = recalled_lines(asked(graph, model, "reply", "陶艺课哪天上课？老师是谁？"))
+    assert "2025-03-05 你：苍山的陶艺课每周三上课，记得带围裙。" in lines
+    assert "2025-03-01 「阿格莱雅」（aglaea）：陶艺课的老师姓林。" in lines
 
 
 def test_the_block_stays_within_its_budget():
@@ -117,10 +129,10 @@ def test_the_block_stays_within_its_budget():
         graph = graph_of(model, saver, ConversationRecall(max_tokens=120))
         imported(graph, "budget", history)
         view = asked(graph, model, "budget", "陶艺课都学了什么？")
-    lines = recalled_lines(view)
-    assert 1 <= len(lines) < 40
-    block = RECALL_HEADER + "".join("\n" + line for line in lines)
-    assert estimated_tokens(block) <= 120
+    [memory] = [m for m in model.requests[-1].messages if RECALL_HEADER in message_text(m)]
+    assert message_text(memory).startswith(RECALL_HEADER), "no memory store: recall alone"
+    assert 1 <= len(recalled_lines(view)) < 40
+    assert estimated_tokens(message_text(memory)) <= 120
 
 
 def test_off_when_the_feature_is_off():
@@ -161,7 +173,7 @@ def test_conversation_recall_keeps_sessions_apart():
         expected = {own[session].split()[0]} if session in own else set()
         assert canaries == expected, (session, canaries)
     assert "群聊隔离：" + RECALL_HEADER in views["group"]
-    assert "[2025-03-03 「小红」] " + GROUP_CANARY in views["group"]
+    assert "2025-03-03 「小红」：" + GROUP_CANARY in recalled_lines(views["group"])
 
 
 def test_a_restricted_view_never_reads_what_an_owner_said_in_the_same_thread():

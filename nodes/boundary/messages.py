@@ -93,7 +93,7 @@ def admit_message(item: Any, where: str, rules: Rules) -> BaseMessage:
         if name is None and not rules.unnamed_is_owner:
             name = UNNAMED_MEMBER
         human = HumanMessage(content, name=name, id=message_id)
-        stamps = {MENTIONED: True} if rules.mentioned else {}
+        stamps: dict[str, object] = {MENTIONED: True} if rules.mentioned else {}
         if rules.restricted:
             stamps[RESTRICTED] = True  # said in a group or stranger session: never extracted
         stamps.update(date_stamp(message, where, rules))

@@ -184,5 +184,5 @@ def view_of_state(
         with_memory=not estimate,
         with_transform=not estimate,
         config=config,
-        archived=(state.get("archived") or {}).get("messages", 0),
+        archived=mark["messages"] if (mark := state.get("archived")) else 0,
     )

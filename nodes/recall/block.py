@@ -11,10 +11,11 @@ restricted marker when the view is a group's or a stranger's.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 
 from memory.embedding import is_cjk_run, runs
@@ -34,6 +35,7 @@ RECALL_HEADER = "对话回忆（更早的对话里与此相关的原话，按时
 CANDIDATES = 32
 """Hits read per search; the block keeps the best that fit its budget."""
 UNDATED = "日期不详"
+YOU = "你"
 Describe = Callable[[BaseMessage], str]
 
 
@@ -64,7 +66,14 @@ def recall_block(
     thread = (str(thread_id(config)), graph_namespace(config))
     index = SESSION_INDEXES.of(archive, thread, archived)
     hits = index.search(query, restricted=env.restricted, n=CANDIDATES)
-    return format_recall(hits, budget, restricted=env.restricted, describe=describe, zone=loop.zone)
+    speaker = partial(speaker_of, current=loop.persona_for(env), describe=describe)
+    return format_recall(hits, budget, restricted=env.restricted, speaker=speaker, zone=loop.zone)
+
+
+def speaker_of(message: BaseMessage, *, current: str | None, describe: Describe) -> str:
+    """Who said it: `你` for the answering persona's own words, else `describe`'s label."""
+    mine = isinstance(message, AIMessage) and (message.name or current) == current
+    return YOU if mine else describe(message)
 
 
 def format_recall(
@@ -72,20 +81,25 @@ def format_recall(
     budget: int,
     *,
     restricted: bool,
-    describe: Describe,
+    speaker: Describe,
     zone: ZoneInfo | None = None,
 ) -> str:
-    """The heading and the best `hits` that fit `budget` tokens, oldest first ('' if none fit)."""
+    """The heading and the best `hits` that fit `budget` tokens ('' if none fit): under a
+    line for each date, oldest first, `- speaker：text`."""
     heading = (f"{RESTRICTED_MARKER}：" if restricted else "") + RECALL_HEADER
     room = budget - estimated_tokens(heading)
-    kept: list[tuple[int, str]] = []
+    days: dict[str, list[tuple[int, str]]] = {}
     for hit in hits:
-        line = f"\n- [{date_of(hit, zone)} {describe(hit.message)}] {as_data(message_text(hit.message))}"
-        cost = estimated_tokens(line)
+        day = date_of(hit, zone)
+        line = f"\n- {speaker(hit.message)}：{as_data(message_text(hit.message))}"
+        cost = estimated_tokens(line) + (0 if day in days else estimated_tokens(f"\n[{day}]"))
         if cost <= room:
-            kept.append((hit.position, line))
+            days.setdefault(day, []).append((hit.position, line))
             room -= cost
-    return heading + "".join(line for _, line in sorted(kept)) if kept else ""
+    if not days:
+        return ""
+    groups = sorted((sorted(lines), day) for day, lines in days.items())
+    return heading + "".join(f"\n[{day}]" + "".join(t for _, t in lines) for lines, day in groups)
 
 
 def date_of(hit: Recalled, zone: ZoneInfo | None) -> str:
