@@ -38,7 +38,7 @@ from tests.boundary_support import (
     notes_of,
     rendered,
 )
-from tests.conftest import make_config, thread
+from tests.conftest import FIXED_NOW, make_config, thread
 
 GROUP = SessionEnv(actor="group")
 HOSTILE_NAME = (
@@ -291,7 +291,8 @@ def test_a_caller_cannot_author_the_loops_annotations(session):
     hidden = HumanMessage("记住这个", response_metadata={"cyrene": {"hidden": True}})
     graph.invoke({"messages": [hidden]}, thread("a"))
     notes = stored(graph, "a")[0].response_metadata.get("cyrene", {})
-    assert set(notes) == {"turn", "extracts"}, "only the loop's own record of the turn it opens"
+    assert set(notes) == {"turn", "extracts", "said_at"}, "only the loop's own record of the turn"
+    assert notes["said_at"] == FIXED_NOW.isoformat(), "dated by the loop's clock"
     assert model.requests[-1].messages[-1].content == "记住这个"
 
 
