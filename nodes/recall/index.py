@@ -45,9 +45,10 @@ OWNER, RESTRICTED = "owner", "restricted"
 """The two buckets of a session's index: an owner's view reads one, a restricted view the other."""
 READ_PAGE = 500
 """Archived messages read per query while catching up."""
-SESSIONS_KEPT = 16
+SESSIONS_KEPT = 8
 """Session indexes a process keeps per archive; the least recently used is dropped (and
-rebuilt from the archive when its session speaks again)."""
+rebuilt from the archive when its session speaks again). RAM measured: ~8 MB an index of
+50 messages, ~27 MB one of 5,882."""
 Thread = tuple[str, str]
 
 
