@@ -8,6 +8,8 @@ said early on, and the scripted model records what it is sent.
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -25,7 +27,7 @@ from graph.storage.archive import ProcessArchive
 from nodes.kernel.messages import message_text
 from nodes.kernel.transcript import RESTRICTED, annotated, dated, said_at
 from nodes.recall.block import RECALL_HEADER, estimated_tokens
-from nodes.recall.index import SESSION_INDEXES, SessionIndex
+from nodes.recall.index import SESSION_INDEXES, SessionIndex, SessionIndexes
 from tests.boundary_support import endless
 from tests.conftest import FIXED_NOW, make_config, thread
 
@@ -209,3 +211,31 @@ def test_the_boundary_dates_what_it_admits():
             graph.invoke(Trusted({"messages": [bad]}), thread("dates"))
     humans = [m for m in stored if isinstance(m, HumanMessage)]
     assert [said_at(m) for m in humans] == [FIXED_NOW, START]
+
+
+class SlowArchive(ProcessArchive):
+    """An archive whose reads wait until the test lets them go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+
+    def read(self, thread, start, stop):
+        assert self.go.wait(timeout=30)
+        return super().read(thread, start, stop)
+
+
+def test_indexing_runs_off_the_turn():
+    """A round whose session index is behind its archive does not wait for it: the catch-up
+    runs in the background, and the round searches what is indexed."""
+    archive, where = SlowArchive(), ("slow", "")
+    archive.append(where, 0, with_fact(OWNER_CANARY, at=2))
+    indexes = SessionIndexes()
+    started = time.perf_counter()
+    index = indexes.of(archive, where, 120)
+    assert index.search(PROBE, restricted=False, n=5) == []
+    assert time.perf_counter() - started < 1.0, "the round did not wait for the archive"
+    archive.go.set()
+    assert indexes.settled(timeout=30)
+    found = index.search(PROBE, restricted=False, n=5)
+    assert OWNER_CANARY in [message_text(r.message) for r in found]
