@@ -61,10 +61,10 @@ PERSONAS = {
     "aglaea": Persona(name="阿格莱雅", instructions=AGLAEA),
 }
 BUDGETS = {
-    ("openai", "owner"): 1200,
-    ("openai", "group"): 1400,
-    ("anthropic", "owner"): 4000,
-    ("anthropic", "group"): 3800,
+    ("openai", "owner"): 1300,
+    ("openai", "group"): 1300,
+    ("anthropic", "owner"): 4400,
+    ("anthropic", "group"): 4000,
 }
 """Compaction budgets that make it fire two or three times in each chat. OpenAI's are in
 LangChain's estimate (tiktoken is offline here: ~4 characters a token), Anthropic's in its
@@ -106,9 +106,14 @@ class Share:
     written: int
     total: int
     requests: int
-    compactions: int
+    compacted_at: tuple[int, ...]
+    """The turns (from 0) whose first request followed a compaction."""
     per_turn: tuple[float, ...]
     """The read share of each turn's first request, every turn (a switch shows as a dip)."""
+
+    @property
+    def compactions(self) -> int:
+        return len(self.compacted_at)
 
     @property
     def share(self) -> float:
@@ -132,8 +137,9 @@ def split(request: Request) -> tuple[int, int, int]:
 
 def replay(
     api: Emulator, provider: str, layout: str, chat: Chat, folder: Path, budget: int
-) -> tuple[list[int], int]:
-    """Run `chat` against `api`: (the number of each turn's first request, compactions)."""
+) -> tuple[list[int], tuple[int, ...]]:
+    """Run `chat` against `api`: (the number of each turn's first request, the turns that
+    compacted)."""
     now = [START]
     starts, covered = [], [None]  # covered: what each turn's summary covers, None before one
     with MemoryStore.open(folder, HashingEmbedding()) as store:
@@ -148,7 +154,7 @@ def replay(
                 api.reply(*(as_reply(m) for m in replies(turn)))
                 values = graph.invoke(turn_input(chat, turn), thread, context=chat.env(turn))
                 covered.append((values.get("summary") or {}).get("upto"))
-    return starts, sum(a != b for a, b in pairwise(covered))
+    return starts, tuple(turn for turn, (a, b) in enumerate(pairwise(covered)) if a != b)
 
 
 def companion(
@@ -184,7 +190,7 @@ def measure(
     `BUDGETS`' unless given; 0 turns compaction off)."""
     budget = BUDGETS[provider, chat.name] if budget is None else budget
     with Emulator() as api, tiktoken_offline():
-        starts, compactions = replay(api, provider, layout, chat, folder, budget)
+        starts, compacted_at = replay(api, provider, layout, chat, folder, budget)
     answered = [r for r in api.generations() if r.accepted]
     steady = [split(r) for r in answered if r.number >= starts[min(STEADY_FROM, len(starts) - 1)]]
     firsts = [next(split(r) for r in answered if r.number >= start) for start in starts]
@@ -196,7 +202,7 @@ def measure(
         written=sum(p[1] for p in steady),
         total=sum(p[2] for p in steady),
         requests=len(steady),
-        compactions=compactions,
+        compacted_at=compacted_at,
         per_turn=tuple(read / total for read, _, total in firsts),
     )
 
