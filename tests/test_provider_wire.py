@@ -223,6 +223,15 @@ def test_a_history_imported_twice_keeps_answering_on_anthropic(emulator):
     assert refused(emulator) == [] and traffic_problems(emulator.requests) == {}
 
 
+@PROVIDERS
+@pytest.mark.parametrize("chat", [OWNER, GROUP], ids=["owner", "group"])
+def test_the_cache_layout_reads_most_of_every_chat_compaction_included(tmp_path, provider, chat):
+    """docs/providers.md's table: switches, tools, a moving clock and a compaction. Issue 32's
+    0.95 is not reached (each request carries 300-450 tokens no cache can hold, of 2,000-6,000)."""
+    share = measure(provider, "cache", chat, tmp_path)
+    assert share.compactions >= 1 and share.share >= 0.84
+
+
 def test_anthropic_cache_layout_reads_the_cache_in_a_group_chat(tmp_path):
     assert measure("anthropic", "cache", GROUP, tmp_path, budget=0).share >= 0.8
 
