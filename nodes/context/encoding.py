@@ -15,7 +15,7 @@ putting attribution into a participant's or the model's text:
   caller stored in the transcript (`nodes.boundary.admission.Trusted`) goes into the same
   leading message, keyed the same way (`第N条前：…`).
 
-The round's own blocks (time, working memory, memories) come after the
+The round's own blocks (who answers, time, working memory, memories) come after the
 conversation under `ModelView(layout="cache")` (`nodes.context.layout`): as system
 messages with `inline`, as the loop's delimited round-state block with
 `leading`, announced in the leading system message. There, with `leading`, the
