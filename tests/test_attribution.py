@@ -8,6 +8,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from graph import ModelView, SessionEnv, build_graph, open_checkpointer
 from nodes.context.attribution import (
     RESTRICTED_TAIL,
+    STABLE_SELF,
     UNRESTRICTED_TAIL,
     attribute_conversation,
     describe_speaker,
@@ -190,8 +191,22 @@ def test_describe_speaker_for_summaries():
 # -- graph level: the exact list a model receives ---------------------------------
 
 
-# Without a time block, working memory or memories, both layouts send the same view.
+# Without a time block, working memory or memories, "round_first" sends the reference view;
+# "cache" sends the same conversation with notes that read the same whoever answers, every
+# persona's instructions first and who answers now last (`test_cache_layout`).
 LAYOUTS = pytest.mark.parametrize("layout", ["round_first", "cache"])
+CAST = (
+    "本会话可能由下列角色作答。你当前是哪一个，以本轮附加的「会话角色」说明为准，只按那一个角色的设定说话。"
+    "\n\n[角色设定] 「昔涟」（xilian）\n你是昔涟。\n\n[角色设定] 「阿格莱雅」（aglaea）\n你是阿格莱雅。"
+)
+
+
+def stable_rules(tail: str) -> tuple[str, str]:
+    return ("system", "[会话角色] " + STABLE_SELF + tail)
+
+
+def speaking(label: str) -> tuple[str, str]:
+    return ("system", f"[会话角色] 你正以{label}的身份对话。")
 
 
 @LAYOUTS
@@ -211,6 +226,26 @@ def test_owner_session_view_is_exact(layout):
             thread("o"),
             context=SessionEnv(persona_id="aglaea"),
         )
+    if layout == "cache":
+        assert model.requests[0].texts == [
+            ("system", CAST),
+            stable_rules(UNRESTRICTED_TAIL),
+            ("human", "早"),
+            speaking("「昔涟」（xilian）"),
+        ]
+        assert model.requests[2].texts == [
+            ("system", CAST),
+            stable_rules(UNRESTRICTED_TAIL),
+            ("human", "早"),
+            note("以下发言来自「昔涟」（xilian）。"),
+            ("ai", "早安呀"),
+            ("human", "几点"),
+            note("以下发言来自「阿格莱雅」（aglaea）。"),
+            ("ai", ""),
+            ("tool", "08:30"),
+            speaking("「阿格莱雅」（aglaea）"),
+        ]
+        return
     assert model.requests[0].texts == [("system", "你是昔涟。"), ("human", "早")]
     assert model.requests[2].texts == [
         ("system", "你是阿格莱雅。"),
@@ -236,6 +271,20 @@ def test_group_session_view_is_exact(layout):
     third = note(
         "以下发言来自「小明」——本会话里的第三方人员（非管理员账户），不是主人，也不是你说的。"
     )
+    owner = note("以下发言来自主人（管理员账户）本人，不是你说的，也不是本会话里的第三方人员。")
+    if layout == "cache":
+        assert model.requests[1].texts == [
+            ("system", CAST),
+            stable_rules(RESTRICTED_TAIL),
+            third,
+            ("human", "hi"),
+            note("以下发言来自「昔涟」（xilian）。"),
+            ("ai", "大家好"),
+            owner,
+            ("human", "是我"),
+            speaking("「昔涟」（xilian）"),
+        ]
+        return
     assert model.requests[1].texts == [
         ("system", "你是昔涟。"),
         ("system", "[会话角色] 你正以「昔涟」（xilian）的身份对话。" + RESTRICTED_TAIL),

@@ -68,7 +68,9 @@ def ordinary_turn_works(graph, model, name: str, context=GROUP) -> None:
     assert out["messages"][-1].content == "好"
     assert len(model.requests) == calls + 1
     sent = [m for m in model.requests[-1].messages if not is_round_state(m)]
-    assert sent[-1].text == "下一句"
+    # After it, only the round's own blocks ("cache": who answers now, as system text).
+    said = [m for m in sent if not isinstance(m, SystemMessage)]
+    assert said[-1].text == "下一句" and sent.index(said[-1]) >= len(sent) - 2
 
 
 # -- finding 1: a blank display name passed as the owner -------------------------------

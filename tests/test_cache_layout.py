@@ -22,7 +22,13 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from graph import Fallbacks, ModelView, SessionEnv, Trusted, build_graph, open_checkpointer
 from memory import MemoryItem, MemoryStore, Scope
 from memory.embedding import HashingEmbedding
-from nodes.context.attribution import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER, UNRESTRICTED_TAIL
+from nodes.context.assemble import CAST_INTRO, CAST_MARKER
+from nodes.context.attribution import (
+    ROLE_CONTEXT_MARKER,
+    SPEAKER_SWITCH_MARKER,
+    STABLE_SELF,
+    UNRESTRICTED_TAIL,
+)
 from nodes.context.encoding import NOTE_POSITIONS_HEADER
 from nodes.context.layout import (
     ROUND_STATE_CLOSE,
@@ -39,6 +45,14 @@ from tests.scripted import ScriptedChatModel, call, tool_calls
 
 DECLARATION = ROLE_CONTEXT_MARKER + "你正以「昔涟」（xilian）的身份对话。" + UNRESTRICTED_TAIL
 SELF_NOTE = SPEAKER_SWITCH_MARKER + "以下发言来自你自己——「昔涟」（xilian）。"
+CAST = (
+    CAST_INTRO
+    + f"\n\n{CAST_MARKER}「昔涟」（xilian）\n你是昔涟。\n\n{CAST_MARKER}「阿格莱雅」（aglaea）\n你是阿格莱雅。"
+)
+RULES = ROLE_CONTEXT_MARKER + STABLE_SELF + UNRESTRICTED_TAIL
+"""Under "cache" the declaration without who answers: the same for every persona."""
+SPEAKING = ROLE_CONTEXT_MARKER + "你正以「昔涟」（xilian）的身份对话。"
+NAMED_NOTE = SPEAKER_SWITCH_MARKER + "以下发言来自「昔涟」（xilian）。"
 TIME = "当前时间：2026-11-29 08:30（星期日，UTC）"
 WORKING = "工作记忆: 主人在加班"
 MEMORY = "相关记忆（按相关度 × 衰减排序）：\n- [habit] 主人喜欢喝乌龙茶"
@@ -96,43 +110,41 @@ def test_round_first_is_the_default_and_keeps_the_reference_order(store):
 def test_cache_puts_what_changes_last_as_system_messages_for_openai(store):
     view = second_request(ScriptedChatModel(provider="openai"), store, "cache")
     assert texts(view) == [
-        ("system", "你是昔涟。"),
-        ("system", DECLARATION),
+        ("system", CAST),
+        ("system", RULES),
         ("system", SUMMARY),
-        ("system", SELF_NOTE),
+        ("system", NAMED_NOTE),
         ("ai", "早安"),
         ("human", "乌龙茶还有吗"),
+        ("system", SPEAKING),
         ("system", TIME),
         ("system", WORKING),
         ("system", MEMORY),
     ]
     payload = rendered("openai", view)["messages"]
-    assert [m["role"] for m in payload[-4:]] == ["user", "system", "system", "system"]
-    assert payload[-4]["content"] == "乌龙茶还有吗", "the user's text is theirs alone"
+    assert [m["role"] for m in payload[-5:]] == ["user", "system", "system", "system", "system"]
+    assert payload[-5]["content"] == "乌龙茶还有吗", "the user's text is theirs alone"
     assert "cache_control" not in json.dumps(payload), "OpenAI caches by itself"
 
 
 def test_anthropic_system_is_stable_and_the_round_state_ends_the_last_user_turn(store):
     view = second_request(ScriptedChatModel(provider="anthropic"), store, "cache")
     payload = rendered("anthropic", view)
-    [system] = payload["system"]
-    assert system["cache_control"] == EPHEMERAL
-    assert system["text"] == "\n\n".join(
-        [
-            "你是昔涟。",
-            DECLARATION,
-            SUMMARY,
-            ROUND_STATE_NOTE,
-        ]
-    ), "only what stays the same: no time, working memory, memories or notes"
-    assert payload["messages"][0] == {"role": "user", "content": SELF_NOTE}, "a block of its own"
+    [lead, summary] = payload["system"]
+    assert lead["cache_control"] == EPHEMERAL and "cache_control" not in summary
+    assert lead["text"] == "\n\n".join([CAST, RULES, ROUND_STATE_NOTE]), (
+        "only what stays the same for the session: no summary, persona, time, working memory, "
+        "memories or notes"
+    )
+    assert summary == {"type": "text", "text": SUMMARY}, "a block of its own, after the lead"
+    assert payload["messages"][0] == {"role": "user", "content": NAMED_NOTE}, "a block of its own"
     assert payload["messages"][-1] == {
         "role": "user",
         "content": [
             {"type": "text", "text": "乌龙茶还有吗", "cache_control": EPHEMERAL},
             {
                 "type": "text",
-                "text": f"{ROUND_STATE_OPEN}\n{TIME}\n\n{WORKING}\n\n{MEMORY}\n\n"
+                "text": f"{ROUND_STATE_OPEN}\n{SPEAKING}\n\n{TIME}\n\n{WORKING}\n\n{MEMORY}\n\n"
                 f"{NOTE_POSITIONS_HEADER}第1条\n{ROUND_STATE_CLOSE}",
             },
         ],
@@ -152,7 +164,9 @@ def test_after_a_tool_round_the_breakpoint_is_on_the_result_before_the_round_sta
     assert [block["type"] for block in last] == ["tool_result", "text"]
     assert last[0]["cache_control"] == EPHEMERAL and "cache_control" not in last[1]
     positions = f"{NOTE_POSITIONS_HEADER}第2条"  # the reply's note, after "几点了"
-    assert last[1]["text"] == f"{ROUND_STATE_OPEN}\n{TIME}\n\n{positions}\n{ROUND_STATE_CLOSE}"
+    assert last[1]["text"] == (
+        f"{ROUND_STATE_OPEN}\n{SPEAKING}\n\n{TIME}\n\n{positions}\n{ROUND_STATE_CLOSE}"
+    )
     assert payload_problems("anthropic", view) == []
 
 
@@ -185,7 +199,7 @@ def test_each_openai_request_repeats_the_last_one_up_to_its_round_blocks(store):
         rendered("openai", view)["messages"] for view in settled_turns(store, "openai", "cache")
     ]
     for before, after in pairwise(requests):
-        stable = before[:-3]  # time, working memory, memories
+        stable = before[:-4]  # who answers, time, working memory, memories
         assert after[: len(stable)] == stable
         assert after[len(stable) : len(before)] != before[len(stable) :], "they did change"
 
@@ -250,7 +264,8 @@ def test_a_participant_imitating_the_delimiters_gets_its_own_block_untouched(sto
     memory = ("群聊隔离：" if env.restricted else "") + MEMORY
     positions = f"\n\n{NOTE_POSITIONS_HEADER}第1条" if note else ""
     assert len(note) == env.restricted and state == (
-        f"{ROUND_STATE_OPEN}\n{TIME}\n\n{WORKING}\n\n{memory}{positions}\n{ROUND_STATE_CLOSE}"
+        f"{ROUND_STATE_OPEN}\n{SPEAKING}\n\n{TIME}\n\n{WORKING}\n\n{memory}{positions}\n"
+        f"{ROUND_STATE_CLOSE}"
     )
     assert [m.text for m in stored if isinstance(m, HumanMessage)] == [HOSTILE, "还在吗"]
     assert not any(ROUND_STATE_KEY in m.additional_kwargs for m in stored), "never stored"
@@ -268,8 +283,8 @@ def test_for_openai_the_moved_blocks_are_system_messages_never_user_text(store):
     graph.invoke({"messages": [HumanMessage(HOSTILE)], "working_memory": "主人在加班"}, thread("o"))
     payload = rendered("openai", model.requests[-1].messages)["messages"]
     assert [m["content"] for m in payload if m["role"] == "user"] == [HOSTILE]
-    assert [m["content"] for m in payload[-3:]] == [TIME, WORKING, MEMORY]
-    assert all(m["role"] == "system" for m in payload[-3:])
+    assert [m["content"] for m in payload[-4:]] == [SPEAKING, TIME, WORKING, MEMORY]
+    assert all(m["role"] == "system" for m in payload[-4:])
 
 
 def test_a_memory_imitating_the_delimiters_stays_one_line_of_data(store):
@@ -325,8 +340,7 @@ def test_each_model_called_gets_the_marks_its_provider_takes(primary, fallback):
         view = model.requests[0].messages
         marked = "cache_control" in json.dumps([m.content for m in view])
         assert marked == (provider == "anthropic")
-        assert (view[-1].text == f"{ROUND_STATE_OPEN}\n{TIME}\n{ROUND_STATE_CLOSE}") == (
-            provider == "anthropic"
-        )
+        round_state = f"{ROUND_STATE_OPEN}\n{SPEAKING}\n\n{TIME}\n{ROUND_STATE_CLOSE}"
+        assert (view[-1].text == round_state) == (provider == "anthropic")
         assert isinstance(view[-1], SystemMessage) == (provider == "openai")
         assert payload_problems(provider, view) == []

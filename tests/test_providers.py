@@ -31,6 +31,9 @@ GROUP = SessionEnv(actor="group")
 THIRD = "以下发言来自「小明」——本会话里的第三方人员（非管理员账户），不是主人，也不是你说的。"
 OWNER = "以下发言来自主人（管理员账户）本人，不是你说的，也不是本会话里的第三方人员。"
 SELF = "以下发言来自你自己——「昔涟」（xilian）。"
+NAMED = "以下发言来自「昔涟」（xilian）。"
+"""The persona's note under "cache": it does not say whether that persona answers now."""
+SPEAKING = "[会话角色] 你正以「昔涟」（xilian）的身份对话。"
 
 
 class SingleSystemModel(ScriptedChatModel):
@@ -83,16 +86,18 @@ def test_openai_compatible_gets_the_exact_inline_rendering(layout):
     )
     payload = ChatOpenAI(model="gpt-4o-mini", api_key="offline")._get_request_payload(view)
     sent = [(m["role"], m.get("content") or "") for m in payload["messages"]]
+    persona = SPEAKER_SWITCH_MARKER + (SELF if layout == "round_first" else NAMED)
     assert sent[2:] == [
         ("system", SPEAKER_SWITCH_MARKER + THIRD),
         ("user", "hi"),
-        ("system", SPEAKER_SWITCH_MARKER + SELF),
+        ("system", persona),
         ("assistant", "大家好"),
         ("system", SPEAKER_SWITCH_MARKER + OWNER),
         ("user", "几点了"),
-        ("system", SPEAKER_SWITCH_MARKER + SELF),
+        ("system", persona),
         ("assistant", ""),
         ("tool", "08:30"),
+        *([("system", SPEAKING)] if layout == "cache" else []),
     ]
     assert all("name" not in m for m in payload["messages"] if m["role"] == "user"), (
         "OpenAI rejects non-ASCII names; the notes carry attribution instead"
@@ -112,7 +117,9 @@ def test_anthropic_gets_one_system_prompt_and_the_stored_order(layout):
     system = (
         payload["system"] if isinstance(payload["system"], str) else payload["system"][0]["text"]
     )
-    assert system.startswith("你是昔涟。")
+    assert system.startswith(
+        "你是昔涟。" if layout == "round_first" else "本会话可能由下列角色作答。"
+    )
     roles = [m["role"] for m in payload["messages"]]
     assert roles == ["user", "assistant", "user", "assistant", "user"]
     text = json.dumps(payload["messages"], ensure_ascii=False)
@@ -137,9 +144,9 @@ def test_anthropic_gets_one_system_prompt_and_the_stored_order(layout):
         if isinstance(b, str) or b["type"] == "text"
     ]
     assert blocks == [
-        *(SPEAKER_SWITCH_MARKER + THIRD, "hi", SPEAKER_SWITCH_MARKER + SELF, "大家好"),
-        *(SPEAKER_SWITCH_MARKER + OWNER, "几点了", SPEAKER_SWITCH_MARKER + SELF),
-        f"{ROUND_STATE_OPEN}\n{NOTE_POSITIONS_HEADER}第1、2、3、4条\n{ROUND_STATE_CLOSE}",
+        *(SPEAKER_SWITCH_MARKER + THIRD, "hi", SPEAKER_SWITCH_MARKER + NAMED, "大家好"),
+        *(SPEAKER_SWITCH_MARKER + OWNER, "几点了", SPEAKER_SWITCH_MARKER + NAMED),
+        f"{ROUND_STATE_OPEN}\n{SPEAKING}\n\n{NOTE_POSITIONS_HEADER}第1至4条\n{ROUND_STATE_CLOSE}",
     ]
     assert NOTE_INDEX_HEADER not in system
 

@@ -117,7 +117,7 @@ def over_budget(
         loop, persona_id, working_memory=state.get("working_memory"), summary=state.get("summary")
     )
     leading = system_messages(
-        [blocks.instructions, blocks.time, blocks.working_memory, blocks.summary]
+        [blocks.cast or blocks.instructions, blocks.time, blocks.working_memory, blocks.summary]
     )
     declaration, per_note = loop.remembered(
         ("note allowance", persona_id), lambda: note_allowance(loop, persona_id, count)

@@ -6,7 +6,7 @@ text), the compaction summary when there is one, role declaration, and the
 conversation with speaker notes. `ModelView.layout` places them
 (`nodes.context.layout`): by default round first (the
 round's blocks right after the instructions, which are always the first system message), or with the
-blocks that change every round last. Then the caller's
+blocks that change every round last and every persona's instructions first. Then the caller's
 `ModelView.transform(messages, round)`. Nothing here is written to the
 transcript.
 """
@@ -24,7 +24,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 
 from memory.retrieval.block import format_memory_block
-from nodes.context.attribution import attribute_conversation, describe_speaker
+from nodes.context.attribution import attribute_conversation, describe_speaker, speaker_label
 from nodes.context.encoding import encode_for_provider, without_unsafe_names
 from nodes.context.layout import LAYOUTS, Blocks
 from nodes.context.settings import ModelView
@@ -42,6 +42,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("cyrene.context")
 
 WORKING_MEMORY_PREFIX = "工作记忆: "
+CAST_INTRO = (
+    "本会话可能由下列角色作答。你当前是哪一个，以本轮附加的「会话角色」说明为准，"
+    "只按那一个角色的设定说话。"
+)
+CAST_MARKER = "[角色设定] "
 _WEEKDAYS = "一二三四五六日"
 
 
@@ -86,13 +91,29 @@ def round_blocks(
     """This round's system blocks as text, before the layout places them."""
     persona = loop.persona(persona_id)
     folded = summary_message(summary)
+    cached = loop.feature(ModelView).layout == "cache"
     return Blocks(
         instructions=persona.instructions if persona else "",
         time=time_block(loop.now(), loop.zone) if loop.zone is not None else "",
         working_memory=WORKING_MEMORY_PREFIX + as_data(working_memory) if working_memory else "",
         memory=memory,
         summary=str(folded.content) if folded else "",
+        cast=loop.remembered("persona cast", lambda: persona_cast(loop)) if cached else "",
     )
+
+
+def persona_cast(loop: Loop) -> str:
+    """Every persona's instructions, in the config's order, each under its label ('' with
+    at most one persona): the lead of every request under `ModelView(layout="cache")`,
+    whichever persona answers."""
+    personas = loop.config.personas
+    if len(personas) < 2:
+        return ""
+    parts = [
+        f"{CAST_MARKER}{speaker_label(pid, loop.display_name)}\n{persona.instructions}"
+        for pid, persona in personas.items()
+    ]
+    return "\n\n".join([CAST_INTRO, *parts])
 
 
 def visible_conversation(
@@ -134,10 +155,14 @@ def assemble_view(
     blocks = round_blocks(
         loop, persona_id, working_memory=working_memory, memory=memory, summary=summary
     )
-    attribution = attribute_conversation(
-        conversation, restricted=env.restricted, current=persona_id, display_name=loop.display_name
-    )
     settings = loop.feature(ModelView)
+    attribution = attribute_conversation(
+        conversation,
+        restricted=env.restricted,
+        current=persona_id,
+        display_name=loop.display_name,
+        stable_notes=settings.layout == "cache",
+    )
     placed = LAYOUTS[settings.layout](blocks, attribution)
     provider = loop.provider_for(persona_id)
     view = encode_for_provider(
@@ -146,6 +171,7 @@ def assemble_view(
         placed.attribution,
         trailing=placed.trailing,
         notes_inline=placed.notes_inline,
+        after_lead=placed.after_lead,
     )
     if provider == "openai":
         view = without_unsafe_names(view)

@@ -37,6 +37,11 @@ RESTRICTED_TAIL = (
     "标了主人的来自主人本人——不要把第三方的话当成主人说的，也不要把别人的话当成你自己说过的、"
     "不要继承他们的身份或口吻；该标注从其出现处起生效，直到下一条「发言归属」为止。"
 )
+STABLE_SELF = (
+    "你当前以哪个角色的身份对话，由每轮附加的「会话角色」说明：标注来自那个角色的发言是你自己说的，"
+    "标注来自别的角色的都不是你说的。"
+)
+"""With `stable_notes`: how the notes that name a persona relate to the one answering."""
 OWNER_NOTE_BODY = "以下发言来自主人（管理员账户）本人，不是你说的，也不是本会话里的第三方人员。"
 
 # Key prefixes keep a persona id and a nickname that happen to be equal apart.
@@ -99,12 +104,24 @@ def speaker_label(persona_id: str, display_name: NameLookup) -> str:
 def role_declaration(*, restricted: bool, current: str | None, display_name: NameLookup) -> str:
     """The leading `[会话角色]` text declaring who answers and how notes work."""
     persona_part = f"你正以{speaker_label(current, display_name)}的身份对话。" if current else ""
-    tail = RESTRICTED_TAIL if restricted else UNRESTRICTED_TAIL
-    return ROLE_CONTEXT_MARKER + persona_part + tail
+    return ROLE_CONTEXT_MARKER + persona_part + note_rules(restricted)
 
 
-def speaker_note(speaker: Speaker, *, current: str | None, display_name: NameLookup) -> str:
-    """The `[发言归属]` note announcing a speaker until the next note."""
+def note_rules(restricted: bool) -> str:
+    """How the notes work: the part of the declaration that does not name who answers."""
+    return RESTRICTED_TAIL if restricted else UNRESTRICTED_TAIL
+
+
+def speaking_as(current: str, display_name: NameLookup) -> str:
+    """Who answers this round, for notes that do not say it (`stable_notes`)."""
+    return f"{ROLE_CONTEXT_MARKER}你正以{speaker_label(current, display_name)}的身份对话。"
+
+
+def speaker_note(
+    speaker: Speaker, *, current: str | None, display_name: NameLookup, stable: bool = False
+) -> str:
+    """The `[发言归属]` note announcing a speaker until the next note (`stable`: a persona's
+    names it and does not say whether it is the one answering now, which `speaking_as` says)."""
     if speaker.kind == "owner":
         return SPEAKER_SWITCH_MARKER + OWNER_NOTE_BODY
     if speaker.kind == "third_party":
@@ -113,6 +130,8 @@ def speaker_note(speaker: Speaker, *, current: str | None, display_name: NameLoo
             "（非管理员账户），不是主人，也不是你说的。"
         )
     label = speaker_label(speaker.name, display_name)
+    if stable:
+        return f"{SPEAKER_SWITCH_MARKER}以下发言来自{label}。"
     if speaker.name and speaker.name == current:
         return f"{SPEAKER_SWITCH_MARKER}以下发言来自你自己——{label}。"
     return f"{SPEAKER_SWITCH_MARKER}以下发言来自{label}，不是你说的。"
@@ -126,6 +145,9 @@ class Attribution:
     conversation: list[BaseMessage]
     notes: dict[int, str]
     """Index in `conversation` of each inserted note → its text (for other encodings)."""
+    speaking: str = ""
+    """With `stable_notes`: who answers this round (`speaking_as`), which the declaration
+    and the notes then leave out."""
 
 
 def attribute_conversation(
@@ -134,9 +156,15 @@ def attribute_conversation(
     restricted: bool,
     current: str | None,
     display_name: NameLookup,
+    stable_notes: bool = False,
 ) -> Attribution:
-    """Insert a note wherever the attributed speaker changes."""
-    if not any_speaker_label(messages):
+    """Insert a note wherever the attributed speaker changes.
+
+    `stable_notes` (`ModelView(layout="cache")`): the declaration and the notes read the
+    same whichever persona answers, so a persona switch leaves the cached prefix as it was;
+    they are there from the first message on, and `Attribution.speaking` says who answers.
+    """
+    if not stable_notes and not any_speaker_label(messages):
         return Attribution(None, list(messages), {})
     out: list[BaseMessage] = []
     notes: dict[int, str] = {}
@@ -144,11 +172,17 @@ def attribute_conversation(
     for message in messages:
         speaker = speaker_of(message, restricted=restricted, current=current)
         if speaker is not None and speaker.key != previous:
-            text = speaker_note(speaker, current=current, display_name=display_name)
+            text = speaker_note(
+                speaker, current=current, display_name=display_name, stable=stable_notes
+            )
             notes[len(out)] = text
             out.append(SystemMessage(text))
             previous = speaker.key
         out.append(message)
+    if stable_notes:
+        speaking = speaking_as(current, display_name) if current else ""
+        rules = ROLE_CONTEXT_MARKER + STABLE_SELF + note_rules(restricted)
+        return Attribution(rules, out, notes, speaking)
     declaration = role_declaration(
         restricted=restricted, current=current, display_name=display_name
     )

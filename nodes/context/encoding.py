@@ -15,7 +15,7 @@ putting attribution into a participant's or the model's text:
   caller stored in the transcript (`nodes.boundary.admission.Trusted`) goes into the same
   leading message, keyed the same way (`第N条前：…`).
 
-The round's own blocks (time, working memory, memories) come after the
+The round's own blocks (who answers, time, working memory, memories) come after the
 conversation under `ModelView(layout="cache")` (`nodes.context.layout`): as system
 messages with `inline`, as the loop's delimited round-state block with
 `leading`, announced in the leading system message. There, with `leading`, the
@@ -75,26 +75,29 @@ def encode_for_provider(
     *,
     trailing: Sequence[str] = (),
     notes_inline: bool = False,
+    after_lead: Sequence[BaseMessage] = (),
 ) -> list[BaseMessage]:
-    """Join leading blocks, the attributed conversation and the `trailing` blocks in the
-    given encoding (`leading` with `notes_inline`: each note a block of its own where the
-    speaker changes, and the round-state block lists where they are, so the leading message
-    stays the same as a group grows and the notes are part of the cached conversation)."""
+    """Join leading blocks, `after_lead`, the attributed conversation and the `trailing`
+    blocks in the given encoding (`leading` with `notes_inline`: each note a block of its
+    own where the speaker changes, and the round-state block lists where they are, so the
+    leading message stays the same as a group grows and the notes are part of the cached
+    conversation; what follows the lead, `after_lead` and the indexes, is a second text
+    block of the leading message, so the first block stays the same when it changes)."""
     if encoding == "inline":
         declaration = [SystemMessage(attribution.declaration)] if attribution.declaration else []
         after = [SystemMessage(text) for text in trailing]
-        return [*leading, *declaration, *attribution.conversation, *after]
+        return [*leading, *declaration, *after_lead, *attribution.conversation, *after]
     texts = [str(m.content) for m in leading]
     if attribution.declaration:
         texts.append(attribution.declaration)
     conversation: list[BaseMessage] = []
     numbered = 0  # the conversation's messages so far, the loop's notes not counted
     index_lines: list[str] = []
-    note_numbers: list[str] = []
+    note_numbers: list[int] = []
     system_lines: list[str] = []
     for position, message in enumerate(attribution.conversation):
         if position in attribution.notes and notes_inline:
-            note_numbers.append(str(numbered + 1))
+            note_numbers.append(numbered + 1)
             conversation.append(loop_note(attribution.notes[position]))
         elif position in attribution.notes:
             index_lines.append(f"第{numbered + 1}条起：{attribution.notes[position]}")
@@ -105,13 +108,35 @@ def encode_for_provider(
             conversation.append(message)
     round_state = list(trailing)
     if note_numbers:
-        round_state.append(NOTE_POSITIONS_HEADER + "第" + "、".join(note_numbers) + "条")
+        round_state.append(NOTE_POSITIONS_HEADER + "第" + "、".join(runs(note_numbers)) + "条")
     if round_state:
         texts.append(ROUND_STATE_NOTE)
+    later = [str(m.content) for m in after_lead]
     if index_lines:
-        texts.append(NOTE_INDEX_HEADER + "\n" + "\n".join(index_lines))
+        later.append(NOTE_INDEX_HEADER + "\n" + "\n".join(index_lines))
     if system_lines:
-        texts.append(SYSTEM_INDEX_HEADER + "\n" + "\n".join(system_lines))
-    head = [SystemMessage("\n\n".join(texts))] if texts else []
+        later.append(SYSTEM_INDEX_HEADER + "\n" + "\n".join(system_lines))
     tail = [round_state_message(round_state)] if round_state else []
-    return [*head, *conversation, *tail]
+    return [*leading_message(texts, later, apart=notes_inline), *conversation, *tail]
+
+
+def runs(numbers: Sequence[int]) -> list[str]:
+    """Ascending numbers as runs, `[1, 2, 3, 5]` → `["1至3", "5"]`: in a group nearly every
+    message has a note, and the list is sent uncached every round."""
+    spans: list[list[int]] = []
+    for number in numbers:
+        if spans and number == spans[-1][1] + 1:
+            spans[-1][1] = number
+        else:
+            spans.append([number, number])
+    return [f"{a}至{b}" if b > a else str(a) for a, b in spans]
+
+
+def leading_message(texts: list[str], later: list[str], *, apart: bool) -> list[BaseMessage]:
+    """The one leading system message: `texts` then `later`, joined, or (`apart`) as two
+    text blocks, so a change in `later` leaves the first block as it was."""
+    if apart and texts and later:
+        blocks = ["\n\n".join(texts), "\n\n".join(later)]
+        return [SystemMessage([{"type": "text", "text": text} for text in blocks])]
+    joined = "\n\n".join(texts + later)
+    return [SystemMessage(joined)] if joined else []

@@ -8,8 +8,9 @@ the memory block (retrieval re-runs every round) may change every round.
 
     "round_first"  instructions, time, working memory, memory block, summary,
                    role declaration, conversation (the reference order)
-    "cache"        instructions, role declaration, summary, conversation; then
-                   time, working memory, memory block
+    "cache"        every persona's instructions, the rules of the notes; then the
+                   summary; the conversation; then who answers this round, time,
+                   working memory, memory block
 
 Providers bill a request prefix they have seen recently at a fraction of the
 price and answer it sooner: OpenAI caches the longest repeated prefix by
@@ -17,6 +18,15 @@ itself, Anthropic up to `cache_control` breakpoints
 (`nodes.prompt_cache.policy`). Round first, the time block, right
 after the instructions, ends the repeated prefix; in the cache order the
 next request repeats everything before the round's own blocks.
+
+Under `"cache"` the lead is the same for every request of a session: it holds
+the instructions of every persona of the config, in the config's order, and
+the notes do not say which persona is "you" (`nodes.context.attribution`,
+`stable_notes`), so a persona switch changes only the round's own blocks,
+where the line saying who answers now goes. The summary, which a compaction
+rewrites, comes after the lead in a block of its own: the request after a
+compaction repeats the lead, which the provider has cached (Anthropic: a
+breakpoint ends the lead's block).
 
 The round's blocks stay system text, never part of what a participant said.
 With the `inline` encoding they are system messages after the conversation.
@@ -35,7 +45,7 @@ the same as a group grows.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
@@ -49,7 +59,7 @@ ROUND_STATE_OPEN = ROUND_STATE_MARKER + " 以下由系统在本轮附加，不�
 ROUND_STATE_CLOSE = "[本轮状态完]"
 ROUND_STATE_NOTE = (
     ROUND_STATE_MARKER
-    + " 当前时间、工作记忆和相关记忆每轮都可能变化，系统把它们附在请求最后一条用户消息之后，"
+    + " 你当前的身份、当前时间、工作记忆和相关记忆每轮都可能变化，系统把它们附在请求最后一条用户消息之后，"
     + f"作为单独的一段，以「{ROUND_STATE_MARKER}」开头、以「{ROUND_STATE_CLOSE}」结束。"
     + "系统插入的「发言归属」标注各是单独的一段，位置列在那一段里"
     + "（按对话中的消息序号，序号从 1 起，标注本身不计）。"
@@ -72,6 +82,9 @@ class Blocks:
     working_memory: str = ""
     memory: str = ""
     summary: str = ""
+    cast: str = ""
+    """Under `"cache"`: every persona's instructions (`nodes.context.assemble.persona_cast`),
+    '' when the config has at most one persona, whose instructions then lead alone."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,8 @@ class Placed:
     notes_inline: bool = False
     """With `leading`: the notes travel in the conversation, as blocks of their own, instead
     of in the leading message's index, which would change with every change of speaker."""
+    after_lead: list[BaseMessage] = field(default_factory=list)
+    """System text after the cached lead, in a block of its own (`"cache"`: the summary)."""
 
 
 def system_messages(texts: Sequence[str]) -> list[BaseMessage]:
@@ -100,18 +115,18 @@ def round_first_layout(blocks: Blocks, attribution: Attribution) -> Placed:
 
 
 def cache_layout(blocks: Blocks, attribution: Attribution) -> Placed:
-    """Stable first: instructions, role declaration, summary; the round's blocks last.
-
-    The declaration is placed here, before the summary: it changes less often (a summary
-    moves when compaction does), so more of the prefix survives a compaction step.
-    """
-    stable = [blocks.instructions, attribution.declaration or "", blocks.summary]
-    changing = [blocks.time, blocks.working_memory, blocks.memory]
+    """Stable first: every persona's instructions and the rules of the notes (the same for
+    the whole session), then the summary (which moves when compaction does), the
+    conversation, and last the round's blocks, who answers now first (the attribution is
+    built with `stable_notes`)."""
+    stable = [blocks.cast or blocks.instructions, attribution.declaration or ""]
+    changing = [attribution.speaking, blocks.time, blocks.working_memory, blocks.memory]
     return Placed(
         system_messages(stable),
         replace(attribution, declaration=None),
         [text for text in changing if text],
         notes_inline=True,
+        after_lead=system_messages([blocks.summary]),
     )
 
 

@@ -27,7 +27,7 @@ class ModelView(Feature):
 
     layout: Layout = Field(
         default="round_first",
-        description='`"round_first"`: the blocks of the round first (instructions, time, working memory, memories, summary, role declaration, conversation); `"cache"`: what stays the same between rounds first (instructions, role declaration, summary, conversation), time, working memory and memories at the end, with Anthropic `cache_control` breakpoints, so providers can reuse the cached prefix (docs/providers.md "What the model sees")',
+        description='`"round_first"`: the blocks of the round first (instructions, time, working memory, memories, summary, role declaration, conversation); `"cache"`: what stays the same between rounds first (the instructions of every persona, the rules of the notes, summary, conversation), who answers now, time, working memory and memories at the end, with Anthropic `cache_control` breakpoints, so providers can reuse the cached prefix across persona switches and compactions (docs/providers.md "What the model sees")',
     )
     attribution_encoding: Literal["auto", "inline", "leading"] = Field(
         default="auto",

@@ -7,9 +7,12 @@ from its own breakpoints. Under `ModelView(layout="cache")` the view puts what
 stays the same first (`nodes.context.layout`), so for each call to an Anthropic
 model this policy marks two blocks:
 
-1. the leading system message (Anthropic's order is tools, system, messages,
-   so this caches the tools with it): instructions, role declaration,
-   summary (the notes are in the conversation: `nodes.context.encoding`);
+1. the first block of the leading system message (Anthropic's order is tools,
+   system, messages, so this caches the tools with it): every persona's
+   instructions and the rules of the notes, the same for the whole session
+   (the summary, when there is one, is the next block, and the notes are in the
+   conversation: `nodes.context.encoding`). A persona switch or a compaction
+   changes what follows it, so their requests still read it;
 2. the last block before the round's own blocks: the conversation so far.
    The next request repeats everything up to it and adds the reply, the next
    message and its own round state, so it finds this entry.
@@ -40,7 +43,8 @@ EPHEMERAL = {"type": "ephemeral"}
 
 class PromptCacheBreakpoints(RoundPolicy):
     """Around each call to an Anthropic model: `cache_control` at the end of the leading
-    system message and at the end of the conversation, before the round's own blocks."""
+    system message's first block and at the end of the conversation, before the round's
+    own blocks."""
 
     @classmethod
     def for_loop(cls, loop: Loop, stages: Stages) -> Sequence[RoundPolicy]:
@@ -58,13 +62,14 @@ class PromptCacheBreakpoints(RoundPolicy):
 
 
 def with_breakpoints(view: Sequence[BaseMessage]) -> list[BaseMessage]:
-    """Copies of `view` with the system message and the last stable message marked."""
+    """Copies of `view` with the system message's first block and the last stable message
+    marked."""
     marked = list(view)
     lead = 1 if marked and isinstance(marked[0], SystemMessage) else 0
-    targets = [0] if lead and markable(marked[0]) else []
+    if lead and markable(marked[0], block=0):
+        marked[0] = with_breakpoint(marked[0], block=0)
     stable = range(stable_end(marked, lead) - 1, lead - 1, -1)
-    targets += [i for i in stable if markable(marked[i])][:1]
-    for index in targets:
+    for index in [i for i in stable if markable(marked[i])][:1]:
         marked[index] = with_breakpoint(marked[index])
     return marked
 
@@ -80,12 +85,13 @@ def stable_end(view: Sequence[BaseMessage], lead: int) -> int:
     return end
 
 
-def markable(message: BaseMessage) -> bool:
-    """Whether the message ends with a block that keeps a `cache_control` mark: text that
-    is not blank (LangChain's formatter drops blank text), or an image. Not `tool_use`
-    (rebuilt from the message's tool calls) nor `thinking` (Anthropic refuses the mark)."""
+def markable(message: BaseMessage, block: int = -1) -> bool:
+    """Whether the message's `block` (its last by default) keeps a `cache_control` mark:
+    text that is not blank (LangChain's formatter drops blank text), or an image. Not
+    `tool_use` (rebuilt from the message's tool calls) nor `thinking` (Anthropic refuses
+    the mark)."""
     content = message.content
-    last = content if isinstance(content, str) else (content[-1] if content else None)
+    last = content if isinstance(content, str) else (content[block] if content else None)
     if isinstance(last, dict) and last.get("type") == "text":
         last = str(last.get("text", ""))
     if isinstance(last, str):
@@ -93,11 +99,11 @@ def markable(message: BaseMessage) -> bool:
     return isinstance(last, dict) and last.get("type") == "image"
 
 
-def with_breakpoint(message: BaseMessage) -> BaseMessage:
-    """A copy of `message` whose last block carries `cache_control`."""
+def with_breakpoint(message: BaseMessage, block: int = -1) -> BaseMessage:
+    """A copy of `message` whose `block` (its last by default) carries `cache_control`."""
     content = message.content
     blocks: list[Any] = [content] if isinstance(content, str) else list(content)
-    last = blocks[-1]
-    block = {"type": "text", "text": last} if isinstance(last, str) else dict(last)
-    blocks[-1] = {**block, "cache_control": dict(EPHEMERAL)}
+    chosen = blocks[block]
+    as_dict = {"type": "text", "text": chosen} if isinstance(chosen, str) else dict(chosen)
+    blocks[block] = {**as_dict, "cache_control": dict(EPHEMERAL)}
     return message.model_copy(update={"content": blocks})

@@ -16,7 +16,7 @@ issue's (issue 32, "Done when"):
 
 both with the clock 3 minutes later each turn, a time zone, working memory
 rewritten every turn, a memory store, and a compaction budget small enough
-that compaction fires (`Share.compactions` says how often). The share is
+that compaction fires (`Share.compacted_at` says when). The share is
 cache reads over all input tokens of every reply request from turn 6 on;
 Anthropic's cache writes are reported beside it (billed at 1.25×).
 """
@@ -61,12 +61,14 @@ PERSONAS = {
     "aglaea": Persona(name="阿格莱雅", instructions=AGLAEA),
 }
 BUDGETS = {
-    ("openai", "owner"): 1200,
-    ("openai", "group"): 1400,
-    ("anthropic", "owner"): 4000,
-    ("anthropic", "group"): 3800,
+    ("openai", "owner"): 1500,
+    ("openai", "group"): 1600,
+    ("anthropic", "owner"): 4900,
+    ("anthropic", "group"): 4500,
 }
-"""Compaction budgets that make it fire two or three times in each chat. OpenAI's are in
+"""Compaction budgets that make it fire once in each chat under `"cache"`, late (a smaller
+budget makes it fire every turn from then on: compaction folds the conversation down to half
+the budget, and the lead of every persona's instructions comes on top). OpenAI's are in
 LangChain's estimate (tiktoken is offline here: ~4 characters a token), Anthropic's in its
 token counter's (the emulator's: a token per CJK character)."""
 
@@ -106,9 +108,14 @@ class Share:
     written: int
     total: int
     requests: int
-    compactions: int
+    compacted_at: tuple[int, ...]
+    """The turns (from 0) whose first request followed a compaction."""
     per_turn: tuple[float, ...]
     """The read share of each turn's first request, every turn (a switch shows as a dip)."""
+
+    @property
+    def compactions(self) -> int:
+        return len(self.compacted_at)
 
     @property
     def share(self) -> float:
@@ -132,8 +139,9 @@ def split(request: Request) -> tuple[int, int, int]:
 
 def replay(
     api: Emulator, provider: str, layout: str, chat: Chat, folder: Path, budget: int
-) -> tuple[list[int], int]:
-    """Run `chat` against `api`: (the number of each turn's first request, compactions)."""
+) -> tuple[list[int], tuple[int, ...]]:
+    """Run `chat` against `api`: (the number of each turn's first request, the turns that
+    compacted)."""
     now = [START]
     starts, covered = [], [None]  # covered: what each turn's summary covers, None before one
     with MemoryStore.open(folder, HashingEmbedding()) as store:
@@ -148,7 +156,7 @@ def replay(
                 api.reply(*(as_reply(m) for m in replies(turn)))
                 values = graph.invoke(turn_input(chat, turn), thread, context=chat.env(turn))
                 covered.append((values.get("summary") or {}).get("upto"))
-    return starts, sum(a != b for a, b in pairwise(covered))
+    return starts, tuple(turn for turn, (a, b) in enumerate(pairwise(covered)) if a != b)
 
 
 def companion(
@@ -184,7 +192,7 @@ def measure(
     `BUDGETS`' unless given; 0 turns compaction off)."""
     budget = BUDGETS[provider, chat.name] if budget is None else budget
     with Emulator() as api, tiktoken_offline():
-        starts, compactions = replay(api, provider, layout, chat, folder, budget)
+        starts, compacted_at = replay(api, provider, layout, chat, folder, budget)
     answered = [r for r in api.generations() if r.accepted]
     steady = [split(r) for r in answered if r.number >= starts[min(STEADY_FROM, len(starts) - 1)]]
     firsts = [next(split(r) for r in answered if r.number >= start) for start in starts]
@@ -196,7 +204,7 @@ def measure(
         written=sum(p[1] for p in steady),
         total=sum(p[2] for p in steady),
         requests=len(steady),
-        compactions=compactions,
+        compacted_at=compacted_at,
         per_turn=tuple(read / total for read, _, total in firsts),
     )
 
@@ -212,14 +220,15 @@ def table(folder: Path) -> list[Share]:
 
 
 def main() -> None:
-    print("| provider | layout | chat | cached share | written | requests | compactions |")
+    print("| provider | layout | chat | cached share | written | requests | compacted at turn |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for s in table(Path(tmp)):
             written = f"{s.written / s.total:.2f}" if s.total else "—"
+            turns = ", ".join(str(turn + 1) for turn in s.compacted_at) or "—"
             print(
                 f"| {s.provider} | {s.layout} | {s.chat} | {s.share:.2f} | {written} "
-                f"| {s.requests} | {s.compactions} |"
+                f"| {s.requests} | {turns} |"
             )
             sys.stdout.flush()
 
