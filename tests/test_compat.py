@@ -292,3 +292,27 @@ def test_a_route_reads_only_its_channels_with_its_steps_writes_folded_in():
         "a route without a reader no longer gets its node's output"
     )
     assert out == {"steps": ["in", "first", "second"], "other": ["o", "third"]}
+
+
+def test_the_loops_routes_copy_no_state_but_the_model_routes_transcript():
+    """`build_graph` narrows its routes: those fixed at build time read nothing, and only the
+    route after the model reads state (its own transcript read, not LangGraph's whole one)."""
+    from graph import LoopConfig, build_graph
+
+    graph = build_graph(LoopConfig(model=ScriptedChatModel()))
+    readers = {
+        start: writer.kwargs["reader"]
+        for start, node in graph.nodes.items()
+        for writer in node.writers
+        if "reader" in (getattr(writer, "kwargs", None) or {})
+    }
+    assert set(readers) == {
+        "__start__",
+        "resolve_vision",
+        "compact",
+        "call_model",
+        "dispatch_tools",
+        "extract_memory",
+    }, "LangGraph no longer keeps a route's reader in its writer's kwargs"
+    assert getattr(readers.pop("call_model"), "__qualname__", "").startswith("_fresh_read")
+    assert set(readers.values()) == {None}
