@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from langchain_core.messages import ToolCall
+from langchain_core.messages import AnyMessage, ToolCall
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
@@ -51,15 +51,20 @@ from nodes.core.stages import (
     VISION,
     Stages,
 )
-from nodes.core.state import LoopState, RunInput
+from nodes.core.state import RunInput
 from nodes.extraction.node import make_extract_memory
-from nodes.kernel.compat import RunnableCallable, reclass_compiled
+from nodes.kernel.compat import (
+    RunnableCallable,
+    narrow_route_reads,
+    reads_nothing,
+    reclass_compiled,
+)
 from nodes.kernel.transcript import needs_another_round, pending_tool_calls
 from nodes.loop.model_call import make_call_model
 from nodes.loop.stages import stages_of
 from nodes.loop.state import session_state
 from nodes.presence.policy import after_decision
-from nodes.presence.settings import PresenceState
+from nodes.presence.settings import PresenceRecord
 from nodes.tools.node import make_dispatch_tools
 from nodes.tools.settings import ToolCalls
 from nodes.turn_end.node import make_finish_turn
@@ -67,16 +72,27 @@ from nodes.vision.node import make_resolve_vision
 from nodes.vision.settings import Vision
 
 
-def inline(router: Any) -> RunnableCallable:
+def inline(router: Any, reads_state: bool = True) -> RunnableCallable:
     """A router run in place: it is pure, so an async run spends no thread hop
-    (LangGraph's default for a plain function) and no trace on it."""
-    return RunnableCallable(router, None, name=router.__name__, trace=False)
+    (LangGraph's default for a plain function) and no trace on it. One that does not
+    `reads_state` is given its step's output, not a copy of the state."""
+    route = RunnableCallable(router, None, name=router.__name__, trace=False)
+    return route if reads_state else reads_nothing(route)
 
 
 def _sends(calls: list[ToolCall]) -> list[Send]:
     # The Send carries only the call; ToolNode reads the state it needs itself,
     # which keeps the task payload O(1) instead of O(transcript).
     return [Send(DISPATCH, [call]) for call in calls]
+
+
+class TranscriptRead(TypedDict, total=False):
+    """What a route after the model or a tool reads of the state: the transcript, and a
+    group turn's decision (`nodes.presence.policy.after_decision`), with the step's writes
+    folded in; no other channel is copied for it (`narrow_route_reads`)."""
+
+    messages: list[AnyMessage]
+    presence: PresenceRecord
 
 
 def route_after_model(
@@ -86,7 +102,7 @@ def route_after_model(
     max_rounds: int,
     answer_at: str | None = None,
 ):
-    def route_after_model(state: PresenceState) -> list[Send] | str:
+    def route_after_model(state: TranscriptRead) -> list[Send] | str:
         """Run the requested tool calls; after calls the loop answered itself (cut off,
         unparseable), let the model issue them again; after a group turn's decision, its
         stages or its end; otherwise end the turn."""
@@ -102,34 +118,27 @@ def route_after_model(
     return inline(route_after_model)
 
 
-class FixedRouteInput(TypedDict, total=False):
-    """What a fixed route reads of the state: one small key. Reading `messages`
-    would fold the step's writes into the whole transcript for nothing."""
-
-    mood: Any
-
-
 def fixed_route(target: str):
     """A router that always picks `target` (the stages that are on decide it at build time)."""
 
-    def route(state: FixedRouteInput) -> str:
+    def route(output: Any) -> str:
         return target
 
-    return inline(route)
+    return inline(route, reads_state=False)
 
 
 def group_turn_start(turn_start: str):
     """Presence on: a group turn starts at `call_model`, where it is decided whether it is
     answered at all; any other session's turn starts at `turn_start`."""
 
-    def route_turn_start(state: FixedRouteInput, runtime: Runtime[SessionEnv]) -> str:
+    def route_turn_start(input: Any, runtime: Runtime[SessionEnv]) -> str:
         return CALL if env_of(runtime).actor == "group" else turn_start
 
-    return inline(route_turn_start)
+    return inline(route_turn_start, reads_state=False)
 
 
 def route_after_tools(next_stage: str):
-    def route_after_tools(state: LoopState) -> list[Send] | str:
+    def route_after_tools(state: TranscriptRead) -> list[Send] | str:
         """Sequential mode: the next call of the batch, in order, or back to the model."""
         pending = pending_tool_calls(state["messages"])
         return _sends(pending[:1]) if pending else next_stage
@@ -217,6 +226,7 @@ def build_graph(
     graph.add_node(FINISH, make_finish_turn(loop))
     add_edges(graph, config, stages)
     compiled = graph.compile(checkpointer=checkpointer, store=store, name=name)
+    narrow_route_reads(compiled)
     # Tool calls of one batch run as parallel tasks of one superstep; this caps
     # them; the subclass checks input and picks durability (see CyreneGraph).
     sessions = config.feature(Sessions)

@@ -7,11 +7,13 @@ that moves one of these fails here with a sentence, not deep inside a turn.
 from __future__ import annotations
 
 import inspect
+import operator
 from importlib.metadata import version
 from typing import Annotated
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
@@ -178,7 +180,6 @@ def test_retry_policy_retries_reads_retry_on_as_langgraph_does():
 def test_a_subgraph_call_carries_a_task_id_and_its_nodes_see_their_graphs_namespace():
     from typing import TypedDict
 
-    from langchain_core.runnables import RunnableConfig
     from langgraph.graph import START, StateGraph
 
     from nodes.kernel.compat import graph_namespace, inside_parent_run
@@ -240,3 +241,78 @@ def test_a_checkpoint_says_which_node_runs_next_through_its_branch_channel():
     app.invoke(None, config)
     done = saver.get_tuple(config)
     assert not compat.waits_at(done, "second") and not compat.waits_at(done, "first")
+
+
+class _RouteState(TypedDict):
+    steps: Annotated[list[str], operator.add]
+    other: Annotated[list[str], operator.add]
+
+
+class _StepsOnly(TypedDict):
+    steps: list[str]
+
+
+def test_a_route_reads_only_its_channels_with_its_steps_writes_folded_in():
+    """`narrow_route_reads` gives Pregel's `local_read` (the `partial` under CONFIG_KEY_READ)
+    only a route's channels, and a `reads_nothing` route no reader: it gets its node's output,
+    as LangGraph's `BranchSpec._route` passes it without a reader."""
+    from langgraph.pregel._algo import local_read
+
+    seen: dict[str, object] = {}
+
+    def first(state: _RouteState, config: RunnableConfig) -> dict:
+        read = config["configurable"][compat.CONFIG_KEY_READ]
+        seen["reader"] = (getattr(read, "func", None), len(getattr(read, "args", ())))
+        return {"steps": ["first"]}
+
+    def by_steps(state: _StepsOnly) -> str:
+        seen["read"] = dict(state)
+        return "second"
+
+    def fixed(output: object) -> str:
+        seen["output"] = output
+        return "third"
+
+    graph = StateGraph(_RouteState)
+    graph.add_node("first", first)
+    graph.add_node("second", lambda state: {"steps": ["second"]})
+    graph.add_node("third", lambda state: {"other": ["third"]})
+    graph.add_edge(START, "first")
+    graph.add_conditional_edges("first", by_steps, ["second"])
+    graph.add_conditional_edges("second", compat.reads_nothing(compat.RunnableCallable(fixed)))
+    app = graph.compile()
+    compat.narrow_route_reads(app)
+    out = app.invoke({"steps": ["in"], "other": ["o"]})
+    assert seen["reader"] == (local_read, 4), (
+        "Pregel no longer puts partial(local_read, scratchpad, channels, managed, task) under "
+        "CONFIG_KEY_READ: narrow_route_reads falls back to LangGraph's whole fresh read"
+    )
+    assert seen["read"] == {"steps": ["in", "first"]}, "a route no longer sees its step's writes"
+    assert seen["output"] == {"steps": ["second"]}, (
+        "a route without a reader no longer gets its node's output"
+    )
+    assert out == {"steps": ["in", "first", "second"], "other": ["o", "third"]}
+
+
+def test_the_loops_routes_copy_no_state_but_the_model_routes_transcript():
+    """`build_graph` narrows its routes: those fixed at build time read nothing, and only the
+    route after the model reads state (its own transcript read, not LangGraph's whole one)."""
+    from graph import LoopConfig, build_graph
+
+    graph = build_graph(LoopConfig(model=ScriptedChatModel()))
+    readers = {
+        start: writer.kwargs["reader"]
+        for start, node in graph.nodes.items()
+        for writer in node.writers
+        if "reader" in (getattr(writer, "kwargs", None) or {})
+    }
+    assert set(readers) == {
+        "__start__",
+        "resolve_vision",
+        "compact",
+        "call_model",
+        "dispatch_tools",
+        "extract_memory",
+    }, "LangGraph no longer keeps a route's reader in its writer's kwargs"
+    assert getattr(readers.pop("call_model"), "__qualname__", "").startswith("_fresh_read")
+    assert set(readers.values()) == {None}

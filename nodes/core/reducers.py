@@ -73,11 +73,20 @@ def merge_transcript(current: list[BaseMessage], writes: Sequence[Any]) -> list[
 def whole_message(message: Any) -> bool:
     """A message with an id that is neither a chunk nor a removal: `add_messages` only
     replaces (by id) or appends it."""
-    return (
-        isinstance(message, BaseMessage)
-        and not isinstance(message, BaseMessageChunk | RemoveMessage)
-        and bool(message.id)
-    )
+    whole = _WHOLE_KINDS.get(type(message))
+    return (_whole_kind(type(message)) if whole is None else whole) and bool(message.id)
+
+
+_WHOLE_KINDS: dict[type, bool] = {}
+"""Each class met → whether its instances are whole messages (a load folds every write since
+the last snapshot, and three `isinstance` checks against pydantic's ABC classes per message
+cost more than the fold)."""
+
+
+def _whole_kind(kind: type) -> bool:
+    whole = issubclass(kind, BaseMessage) and not issubclass(kind, BaseMessageChunk | RemoveMessage)
+    _WHOLE_KINDS[kind] = whole
+    return whole
 
 
 def replaced_by_id(

@@ -155,6 +155,17 @@ def final_ai_message(messages: Sequence[BaseMessage]) -> AIMessage | None:
     return None
 
 
+def may_pair_calls(message: BaseMessage) -> bool:
+    """Whether a message asks for tool calls or answers one (most of a chat does neither:
+    a person's words and plain replies, told apart by their exact type at no `isinstance` cost)."""
+    kind = type(message)
+    if kind is HumanMessage:
+        return False
+    if kind is AIMessage:
+        return bool(message.tool_calls or message.invalid_tool_calls)  # type: ignore[attr-defined]
+    return isinstance(message, ToolMessage | AIMessage)
+
+
 def close_interrupted_calls(messages: list[BaseMessage]) -> list[BaseMessage]:
     """Answer every tool call that a later human message left dangling.
 
@@ -168,6 +179,8 @@ def close_interrupted_calls(messages: list[BaseMessage]) -> list[BaseMessage]:
     list alone: idempotent, and the same whether writes were folded one by one or
     at once.
     """
+    if not any(map(may_pair_calls, messages)):
+        return messages  # no call asked for and no result given: nothing can be open
     out: list[BaseMessage] = []
     open_calls: list[ToolCall | InvalidToolCall] = []
     held: dict[str | None, BaseMessage] = {}

@@ -11,12 +11,14 @@ the tests cover for the same reason (`DeltaChannel` is Beta).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph._internal._constants import (
     CONFIG_KEY_CHECKPOINTER,
     CONFIG_KEY_DURABILITY,
+    CONFIG_KEY_READ,
     CONFIG_KEY_RUNTIME,
     CONFIG_KEY_TASK_ID,
     NS_SEP,
@@ -56,13 +58,16 @@ __all__ = [
     "delta_snapshots",
     "graph_namespace",
     "inside_parent_run",
+    "narrow_route_reads",
     "parent_context",
+    "reads_nothing",
     "reclass_compiled",
     "retry_policy_retries",
     "sync_node",
 ]
 
 CompiledT = TypeVar("CompiledT", bound="CompiledStateGraph[Any, Any, Any, Any]")
+RunnableT = TypeVar("RunnableT", bound=Runnable[Any, Any])
 
 
 def reclass_compiled(
@@ -76,6 +81,59 @@ def reclass_compiled(
     """
     attrs = {k: v for k, v in compiled.__dict__.items() if k != "__orig_class__"}
     return cls(**attrs, **extra)
+
+
+READS_NOTHING = "_cyrene_reads_nothing"
+"""The attribute `reads_nothing` sets on a route."""
+
+
+def reads_nothing(route: RunnableT) -> RunnableT:
+    """Mark a conditional edge's path as reading no state (`narrow_route_reads`)."""
+    setattr(route, READS_NOTHING, True)
+    return route
+
+
+def narrow_route_reads(compiled: CompiledStateGraph[Any, Any, Any, Any]) -> None:
+    """Each conditional edge of `compiled` reads only the channels its path's input schema
+    names, and one marked `reads_nothing` reads none.
+
+    LangGraph's reader for a route (`attach_branch`) is a fresh read
+    (`pregel._algo.local_read`) that copies every channel of the graph and folds the
+    node's writes into each, whatever the route selects: the transcript's list and
+    its reducer once more per step. Here the same `local_read` is given only the
+    selected channels; a route that reads nothing gets the node's output, as
+    LangGraph gives it to a branch attached without a reader.
+    """
+    builder = compiled.builder
+    for start, branches in builder.branches.items():
+        for branch in branches.values():
+            # The schema LangGraph's reader reads, chosen as `attach_branch` chooses it.
+            node = builder.nodes.get(start)
+            schema = branch.input_schema or (node.input_schema if node else builder.state_schema)
+            if compiled.schema_to_mapper.get(schema) is not None:
+                continue  # a pydantic or dataclass state: LangGraph's reader builds it
+            select = list(builder.schemas[schema])
+            if select == ["__root__"]:
+                continue  # a root channel is read whole, as a value, not a dict
+            unread = getattr(branch.path, READS_NOTHING, False)
+            for writer in compiled.nodes[start].writers:
+                if getattr(writer, "func", None) == branch._route:
+                    cast(Any, writer).kwargs["reader"] = None if unread else _fresh_read(select)
+
+
+def _fresh_read(select: list[str]) -> Callable[[RunnableConfig], Any]:
+    """A route's read of `select` with its node's writes folded in, copying those channels only."""
+    from langgraph.pregel._algo import local_read
+
+    def read(config: RunnableConfig) -> Any:
+        full = config["configurable"][CONFIG_KEY_READ]
+        if isinstance(full, partial) and full.func is local_read and len(full.args) == 4:
+            scratchpad, channels, managed, task = full.args
+            only = {name: channels[name] for name in select if name in channels}
+            return local_read(scratchpad, only, managed, task, select, fresh=True)
+        return full(select, True)  # LangGraph changed its reader: its own, whole read
+
+    return read
 
 
 def sync_node(func: Callable[..., Any], name: str) -> Runnable[Any, Any]:
