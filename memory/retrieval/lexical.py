@@ -176,17 +176,17 @@ class LexicalIndex:
                 for t in wanted
             ]
         )
-        scored: list[tuple[float, str, str]] = []
+        scored: list[tuple[float, str, Any]] = []
         for bucket in buckets:
             shard = self._shards.get(bucket)
-            if shard is None:
-                continue
-            searcher = shard.searcher
-            for score, address in searcher.search(query, limit=n).hits:
-                scored.append((score, bucket, searcher.doc(address)["id"][0]))
+            if shard is not None:
+                hits = shard.searcher.search(query, limit=n).hits
+                scored += [(score, bucket, address) for score, address in hits]
         scored.sort(key=lambda hit: hit[0], reverse=True)
+        # Ids are read for the best `n` alone: a stored document costs ~10 µs to read.
         found: dict[str, list[str]] = {}
-        for _, bucket, record_id in scored[:n]:
+        for _, bucket, address in scored[:n]:
+            record_id = self._shards[bucket].searcher.doc(address)["id"][0]
             found.setdefault(bucket, []).append(record_id)
         return found
 
