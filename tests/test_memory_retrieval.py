@@ -153,6 +153,19 @@ def test_the_index_follows_writes_supersedes_forgets_and_prunes(store):
     assert indexed(store, "京A12345") == []
 
 
+def test_the_idf_the_fusion_reads_follows_writes_and_removals():
+    """IDF is kept between writes (a search asks ~40 terms of every shard); a write or a
+    removal must be seen by the next search."""
+    index = lexical.LexicalIndex()
+    index.put("user", ["a", "b", "c"], ["cat sat", "dog ran", "bird flew"])
+    once = index.idf("cat")
+    index.put("persona:xilian", ["d"], ["a cat again"])
+    twice = index.idf("cat")
+    assert twice < once
+    index.remove(["d"])
+    assert index.idf("cat") == pytest.approx(once)
+
+
 def test_the_index_is_rebuilt_from_the_store_on_open_and_writes_no_file(tmp_path):
     folder = tmp_path / "memory"
     with MemoryStore.open(folder, clock=lambda: NOW) as first:

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 _RECHECK = 1.0
 _FETCH = 1_000  # records read per `get` when catching up
 _HEAP = 15_000_000  # tantivy's smallest writer heap: memories are short
+_IDF_KEPT = 50_000  # terms whose IDF is kept between writes
 
 
 def raw_terms(text: str) -> list[str]:
@@ -135,6 +136,8 @@ class LexicalIndex:
         # from Chroma but those of the memories it returns (`memory.retrieval.search`).
         self._texts: dict[str, str] = {}
         self._checked: dict[str, float] = {}  # bucket → when its count was last compared
+        # Each term's IDF until the next write: a search asks ~40 terms of every shard.
+        self._idf: dict[str, float] = {}
 
     def load(self, collections: Iterable[Collection], documents: Documents) -> None:
         """Index every record of these bucket collections (the store's, as it opens)."""
@@ -157,12 +160,14 @@ class LexicalIndex:
             for other in touched - {bucket}:
                 self._shards[other].commit()
             shard.commit()
+            self._idf.clear()
 
     def remove(self, ids: Iterable[str]) -> None:
         """Drop records (deleted or forgotten) from the index."""
         with self._lock:
             for bucket in self._drop_all(ids):
                 self._shards[bucket].commit()
+            self._idf.clear()
 
     def search(self, asked: Sequence[str], buckets: Sequence[str], n: int) -> dict[str, list[str]]:
         """The `n` best records by BM25 among `buckets` (the only indexes a query reaches),
@@ -176,17 +181,17 @@ class LexicalIndex:
                 for t in wanted
             ]
         )
-        scored: list[tuple[float, str, str]] = []
+        scored: list[tuple[float, str, Any]] = []
         for bucket in buckets:
             shard = self._shards.get(bucket)
-            if shard is None:
-                continue
-            searcher = shard.searcher
-            for score, address in searcher.search(query, limit=n).hits:
-                scored.append((score, bucket, searcher.doc(address)["id"][0]))
+            if shard is not None:
+                hits = shard.searcher.search(query, limit=n).hits
+                scored += [(score, bucket, address) for score, address in hits]
         scored.sort(key=lambda hit: hit[0], reverse=True)
+        # Ids are read for the best `n` alone: a stored document costs ~10 µs to read.
         found: dict[str, list[str]] = {}
-        for _, bucket, record_id in scored[:n]:
+        for _, bucket, address in scored[:n]:
+            record_id = self._shards[bucket].searcher.doc(address)["id"][0]
             found.setdefault(bucket, []).append(record_id)
         return found
 
@@ -196,10 +201,16 @@ class LexicalIndex:
 
     def idf(self, term: str) -> float:
         """Lucene's IDF of a term over every record: ln(1 + (N - n + 0.5) / (n + 0.5))."""
+        known = self._idf.get(term)
+        if known is not None:
+            return known
         searchers = [shard.searcher for shard in self._shards.values()]
         n = sum(searcher.doc_freq("body", term) for searcher in searchers)
         total = sum(searcher.num_docs for searcher in searchers)
-        return math.log(1 + (total - n + 0.5) / (n + 0.5))
+        if len(self._idf) > _IDF_KEPT:
+            self._idf.clear()
+        found = self._idf[term] = math.log(1 + (total - n + 0.5) / (n + 0.5))
+        return found
 
     def follow(self, bucket: str, collection: Collection, documents: Documents) -> None:
         """Catch up with what another client changed in `bucket`: looked at once a second,

@@ -109,20 +109,21 @@ class Fusion:
         dense = cosine * factors
         if not self.lexical_weight:
             return [float(r) for r in dense]
-        readings = [{t: idf(t) for t in set(terms(text))} for text in asked]
-        held = Held({t for weights in readings for t in weights})
+        weights = [{t: idf(t) for t in set(terms(text))} for text in asked]
+        readings = [(w, sum(w.values())) for w in weights]
+        held = Held({t for w in weights for t in w})
         covered = np.asarray([_coverage(readings, held(d)) for d in documents])
         fused = self.lexical_weight * covered + (1 - self.lexical_weight) * dense
         return [float(r) for r in fused]
 
 
-def _coverage(readings: Sequence[dict[str, float]], held: set[str]) -> float:
+def _coverage(readings: Sequence[tuple[dict[str, float], float]], held: set[str]) -> float:
     """The share of a reading's IDF that a memory's terms hold, the best reading's: unlike
     BM25 normalised to its best hit, a memory that shares only common words scores near 0."""
     shares = [
-        sum(w for t, w in weights.items() if t in held) / total
-        for weights in readings
-        if (total := sum(weights.values()))
+        sum(weights.get(t, 0.0) for t in held) / total  # held is the shorter to walk
+        for weights, total in readings
+        if total
     ]
     return max(shares, default=0.0)
 

@@ -39,8 +39,10 @@ if TYPE_CHECKING:
 
 _SHARED_BUCKETS = (Scope.USER.value, Scope.PROJECT.value)
 # Candidates per bucket from the embedding, and from the lexical index over all the
-# readable buckets: enough that fusion can reorder past either side's top few.
-_POOL = 50
+# readable buckets: enough that fusion can reorder past either side's top few. 30 ranks as
+# 50 did on LoCoMo and the bilingual set alike (20 lost .003 of LoCoMo's R@10), and each
+# candidate costs the fusion and Chroma's reads (`python -m tests.bench.memory --scale`).
+_POOL = 30
 _AGELESS = Decay(half_life_days=0)
 # What an extractor is shown is ranked by the embedding alone: the bars it is judged by
 # (`nodes.extraction.extractors.SUPERSEDE_RELEVANCE`, `memory.lifecycle.operations.
