@@ -63,6 +63,20 @@ class FindsNeighbours(Protocol):
 
 
 @runtime_checkable
+class FindsNeighboursAtOnce(Protocol):
+    """The optional part of a `FindsNeighbours` backend that finds the neighbours of many new
+    facts in one go: an extraction's facts are checked with one query per bucket, not
+    one search each."""
+
+    def neighbours(
+        self, items: Sequence[MemoryItem], k: int = 8, min_cosine: float = -1.0
+    ) -> Sequence[Sequence[tuple[MemoryItem, float]]]:
+        """Each item's `k` closest live memories in its own bucket, at `min_cosine` or closer,
+        with their embedding cosine, closest first; one sequence per item."""
+        ...
+
+
+@runtime_checkable
 class RanksByRelevance(Protocol):
     """The optional part of a `MemoryBackend` that ranks by relevance alone.
 

@@ -14,6 +14,12 @@ apart what embeds alike and differs in a value: on the 85 distinct pairs of
 "喜欢"/"不喜欢", …) the cosine alone took 61 for duplicates, the numbers alone many
 of them; with the values rule none, and its 17 rewordings are still caught.
 
+The check runs twice: when an extraction is planned, against what the extractor was
+shown, and when it is written (`MemoryStore.apply`), against the store as it is then,
+under its write lock: two extractions planned side by side each find the store without
+the other's fact. Each asks for the neighbours of all its new facts at once
+(`memory.protocols.FindsNeighboursAtOnce`).
+
 A supersede is held to more: the model said the fact changed, and an update
 can be as close as a rewording, so only a new fact that says the very same
 words as the one it replaces is dropped (re-stating a fact must not delete it,
@@ -28,7 +34,7 @@ from collections.abc import Mapping, Sequence, Set
 from memory.items import MemoryItem
 from memory.lifecycle.operations import Change
 from memory.lifecycle.values import values
-from memory.protocols import FindsNeighbours, MemoryBackend
+from memory.protocols import FindsNeighbours, FindsNeighboursAtOnce
 
 log = logging.getLogger("cyrene.memory")
 
@@ -44,7 +50,7 @@ def near_duplicate(cosine: float, a: str, b: str, threshold: float = DUPLICATE_C
 
 def drop_duplicates(
     changes: Sequence[Change],
-    store: MemoryBackend,
+    store: object,
     persona_id: str | None,
     recalled: Sequence[MemoryItem],
     earlier: Sequence[Change] = (),
@@ -68,6 +74,8 @@ def drop_duplicates(
     kept: list[Change] = []
     # What the session's earlier jobs write counts as stored (they are applied first).
     fresh: list[MemoryItem] = [c.item for c in earlier if c.item is not None]
+    adds = [c.item for c in changes if c.action != "supersede" and c.item is not None]
+    nearest = iter(_nearest_each(store, adds, persona_id, threshold))  # one per add, in order
     for change in changes:
         new = change.item
         if new is None:
@@ -79,7 +87,7 @@ def drop_duplicates(
                 log.info("supersede dropped: %s says what %s says", new.id, old.id)
                 continue
         else:
-            twin = _twin(store, new, persona_id, shown, going, fresh, threshold)
+            twin = _twin(store, new, next(nearest), shown, going, fresh, threshold)
             if twin is not None:
                 log.info("memory not stored again: %s near-duplicates %s", new.id, twin.id)
                 continue
@@ -88,10 +96,22 @@ def drop_duplicates(
     return kept
 
 
+def _nearest_each(
+    store: FindsNeighbours, items: list[MemoryItem], persona_id: str | None, threshold: float
+) -> list[list[tuple[MemoryItem, float]]]:
+    """Each new fact's nearest memories at the threshold or closer: all at once from a backend
+    that can (`FindsNeighboursAtOnce`), else one `nearest` search each."""
+    if not items:
+        return []
+    if isinstance(store, FindsNeighboursAtOnce):
+        return [list(hits) for hits in store.neighbours(items, _NEIGHBOURS, threshold)]
+    return [list(store.nearest(i.content, persona_id, _NEIGHBOURS, threshold)) for i in items]
+
+
 def _twin(
     store: FindsNeighbours,
     new: MemoryItem,
-    persona_id: str | None,
+    nearest: list[tuple[MemoryItem, float]],
     shown: Mapping[str | None, MemoryItem],
     going: Set[str],
     fresh: list[MemoryItem],
@@ -99,12 +119,11 @@ def _twin(
 ) -> MemoryItem | None:
     """The live memory `new` near-duplicates, if any.
 
-    The store's cosines of its nearest memories at the threshold or closer come
+    The store's cosines of its `nearest` memories at the threshold or closer come
     with the search; a memory shown to the extractor outside them is embedded
     only when all the nearest are that close (otherwise it is farther, so no
     duplicate), and the batch's earlier facts always are.
     """
-    nearest = list(store.nearest(new.content, persona_id, k=_NEIGHBOURS, min_cosine=threshold))
     found = {item.id for item, _ in nearest}
     crowded = len(nearest) == _NEIGHBOURS  # all that close: a duplicate may lie beyond them
     others = [item for item in shown.values() if item.id not in found] if crowded else []
