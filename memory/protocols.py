@@ -95,6 +95,16 @@ class RanksByRelevance(Protocol):
 
 
 @runtime_checkable
+class DropsDuplicatesOnWrite(Protocol):
+    """The optional part of an `AppliesChanges` backend whose `apply` itself drops an add that
+    near-duplicates a live memory, checked and written as one step under its write lock
+    (`MemoryStore`): the loop does not check the adds of a plan against such a backend
+    beforehand, as the check that counts is the one made with the write."""
+
+    drops_duplicates_on_write: bool
+
+
+@runtime_checkable
 class PrunesExtractions(Protocol):
     """The optional part of a `MemoryBackend` that lets a re-run extraction leave nothing behind.
 

@@ -49,6 +49,8 @@ class Lifecycle:
     _writes: WriteLock
     _missing: dict[str, float]
     clock: Callable[[], float]
+    drops_duplicates_on_write = True
+    """`apply` drops an add that near-duplicates a live memory (`memory.protocols.DropsDuplicatesOnWrite`)."""
     embedding_function: Any
 
     if TYPE_CHECKING:

@@ -14,11 +14,12 @@ apart what embeds alike and differs in a value: on the 85 distinct pairs of
 "喜欢"/"不喜欢", …) the cosine alone took 61 for duplicates, the numbers alone many
 of them; with the values rule none, and its 17 rewordings are still caught.
 
-The check runs twice: when an extraction is planned, against what the extractor was
-shown, and when it is written (`MemoryStore.apply`), against the store as it is then,
-under its write lock: two extractions planned side by side each find the store without
-the other's fact. Each asks for the neighbours of all its new facts at once
-(`memory.protocols.FindsNeighboursAtOnce`).
+The check that counts is made when a fact is written (`MemoryStore.apply`), against the
+store as it is then, under its write lock: two extractions planned side by side each find
+the store without the other's fact. A backend that does not check as it writes
+(`memory.protocols.DropsDuplicatesOnWrite`) is checked when the extraction is planned,
+against what the extractor was shown too. Either asks for the neighbours of all its new
+facts at once where the backend can (`memory.protocols.FindsNeighboursAtOnce`).
 
 A supersede is held to more: the model said the fact changed, and an update
 can be as close as a rewording, so only a new fact that says the very same
@@ -55,6 +56,8 @@ def drop_duplicates(
     recalled: Sequence[MemoryItem],
     earlier: Sequence[Change] = (),
     threshold: float = DUPLICATE_COSINE,
+    *,
+    adds: bool = True,
 ) -> list[Change]:
     """The changes without those that would store a fact twice.
 
@@ -65,7 +68,8 @@ def drop_duplicates(
     supersedes or forgets do not count, nor do those of the same extraction (a
     re-run rewrites them); what `earlier` (the session's earlier jobs' plans, applied
     first) writes counts as stored. A backend that cannot find neighbours
-    (`memory.protocols.FindsNeighbours`) is not checked.
+    (`memory.protocols.FindsNeighbours`) is not checked; without `adds`, only supersedes
+    are (the backend checks adds as it writes them: `DropsDuplicatesOnWrite`).
     """
     if not isinstance(store, FindsNeighbours):
         return list(changes)
@@ -74,11 +78,11 @@ def drop_duplicates(
     kept: list[Change] = []
     # What the session's earlier jobs write counts as stored (they are applied first).
     fresh: list[MemoryItem] = [c.item for c in earlier if c.item is not None]
-    adds = [c.item for c in changes if c.action != "supersede" and c.item is not None]
-    nearest = iter(_nearest_each(store, adds, persona_id, threshold))  # one per add, in order
+    new_facts = [c.item for c in changes if c.action != "supersede" and c.item is not None]
+    nearest = iter(_nearest_each(store, new_facts if adds else [], persona_id, threshold))
     for change in changes:
         new = change.item
-        if new is None:
+        if new is None or (change.action != "supersede" and not adds):
             kept.append(change)
             continue
         if change.action == "supersede":
@@ -127,7 +131,7 @@ def _twin(
     found = {item.id for item, _ in nearest}
     crowded = len(nearest) == _NEIGHBOURS  # all that close: a duplicate may lie beyond them
     others = [item for item in shown.values() if item.id not in found] if crowded else []
-    others += fresh
+    others += [item for item in fresh if item.bucket == new.bucket]
     pairs = nearest + list(
         zip(others, store.similarities(new.content, [i.content for i in others]), strict=True)
     )
