@@ -181,3 +181,16 @@ def test_two_processes_planning_the_same_fact_store_it_once(tmp_path):
         assert [w.wait(120) for w in workers] == [0, 0]
         with MemoryStore.connect(port=port, keys=keys) as store:
             assert stored_facts(store) == [FACT]
+
+
+def test_the_write_time_check_reads_past_a_crowd_of_close_memories(tmp_path):
+    """Twelve close memories of other numbers stand nearer than the one the new fact
+    rewords; nothing was shown to compare with at write time, so the store reads deeper."""
+    with MemoryStore.open(tmp_path / "m") as store:
+        crowd = [f"主人每天早上跑步{n}公里" for n in range(6, 18)]
+        store.add_many(MemoryItem(content=text, scope=Scope.USER) for text in crowd)
+        store.add(MemoryItem(content="主人每天清晨跑5公里", scope=Scope.USER))
+        new = MemoryItem(content="主人每天早上跑步5公里", scope=Scope.USER)
+        store.apply([Change(action="add", item=new, at=0.0)])
+        assert store.get(str(new.id)) is None, "stored though it rewords a memory"
+        assert len(store.list()) == len(crowd) + 1

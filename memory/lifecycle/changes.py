@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memory.items import MemoryItem
-from memory.lifecycle.duplicates import drop_duplicates
+from memory.lifecycle.duplicates import NEIGHBOURS, drop_duplicates
 from memory.lifecycle.history import History, HistoryEntry
 from memory.retrieval.aliases import drop_aliases, leave_alias
 from memory.retrieval.lexical import LexicalIndex
@@ -226,7 +226,8 @@ class Lifecycle:
                     if c.action != "add"
                     or (c.item is not None and not _forgotten_since(known, c.item, c.at))
                 ]
-                live = drop_duplicates(live, self, None, recalled=[])
+                # Nothing shown to compare with here: a crowd of close memories is read deeper.
+                live = drop_duplicates(live, self, None, [], neighbours=4 * NEIGHBOURS)
             adds = [c.item for c in live if c.action == "add" and c.item is not None]
             if adds:
                 self.add_many(adds)

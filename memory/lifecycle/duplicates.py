@@ -40,7 +40,9 @@ from memory.protocols import FindsNeighbours, FindsNeighboursAtOnce
 log = logging.getLogger("cyrene.memory")
 
 DUPLICATE_COSINE = 0.86
-_NEIGHBOURS = 10
+NEIGHBOURS = 10
+"""The nearest memories a new fact is compared with (and, when all are that close, those
+shown to the extractor too)."""
 
 
 def near_duplicate(cosine: float, a: str, b: str, threshold: float = DUPLICATE_COSINE) -> bool:
@@ -58,6 +60,7 @@ def drop_duplicates(
     threshold: float = DUPLICATE_COSINE,
     *,
     adds: bool = True,
+    neighbours: int = NEIGHBOURS,
 ) -> list[Change]:
     """The changes without those that would store a fact twice.
 
@@ -79,7 +82,8 @@ def drop_duplicates(
     # What the session's earlier jobs write counts as stored (they are applied first).
     fresh: list[MemoryItem] = [c.item for c in earlier if c.item is not None]
     new_facts = [c.item for c in changes if c.action != "supersede" and c.item is not None]
-    nearest = iter(_nearest_each(store, new_facts if adds else [], persona_id, threshold))
+    checked = new_facts if adds else []
+    nearest = iter(_nearest_each(store, checked, persona_id, threshold, neighbours))
     for change in changes:
         new = change.item
         if new is None or (change.action != "supersede" and not adds):
@@ -91,7 +95,9 @@ def drop_duplicates(
                 log.info("supersede dropped: %s says what %s says", new.id, old.id)
                 continue
         else:
-            twin = _twin(store, new, next(nearest), shown, going, fresh, threshold)
+            near = next(nearest)
+            crowded = len(near) == neighbours  # all that close: a duplicate may lie beyond
+            twin = _twin(store, new, near, shown if crowded else {}, going, fresh, threshold)
             if twin is not None:
                 log.info("memory not stored again: %s near-duplicates %s", new.id, twin.id)
                 continue
@@ -101,15 +107,19 @@ def drop_duplicates(
 
 
 def _nearest_each(
-    store: FindsNeighbours, items: list[MemoryItem], persona_id: str | None, threshold: float
+    store: FindsNeighbours,
+    items: list[MemoryItem],
+    persona_id: str | None,
+    threshold: float,
+    k: int,
 ) -> list[list[tuple[MemoryItem, float]]]:
-    """Each new fact's nearest memories at the threshold or closer: all at once from a backend
-    that can (`FindsNeighboursAtOnce`), else one `nearest` search each."""
+    """Each new fact's `k` nearest memories at the threshold or closer: all at once from a
+    backend that can (`FindsNeighboursAtOnce`), else one `nearest` search each."""
     if not items:
         return []
     if isinstance(store, FindsNeighboursAtOnce):
-        return [list(hits) for hits in store.neighbours(items, _NEIGHBOURS, threshold)]
-    return [list(store.nearest(i.content, persona_id, _NEIGHBOURS, threshold)) for i in items]
+        return [list(hits) for hits in store.neighbours(items, k, threshold)]
+    return [list(store.nearest(i.content, persona_id, k, threshold)) for i in items]
 
 
 def _twin(
@@ -124,13 +134,12 @@ def _twin(
     """The live memory `new` near-duplicates, if any.
 
     The store's cosines of its `nearest` memories at the threshold or closer come
-    with the search; a memory shown to the extractor outside them is embedded
-    only when all the nearest are that close (otherwise it is farther, so no
-    duplicate), and the batch's earlier facts always are.
+    with the search; the memories `shown` (those shown to the extractor, when all the
+    nearest are that close: otherwise they are farther, so no duplicate) outside them
+    are embedded, and the batch's earlier facts always are.
     """
     found = {item.id for item, _ in nearest}
-    crowded = len(nearest) == _NEIGHBOURS  # all that close: a duplicate may lie beyond them
-    others = [item for item in shown.values() if item.id not in found] if crowded else []
+    others = [item for item in shown.values() if item.id not in found]
     others += [item for item in fresh if item.bucket == new.bucket]
     pairs = nearest + list(
         zip(others, store.similarities(new.content, [i.content for i in others]), strict=True)
