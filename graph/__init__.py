@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from graph.builder import build_graph as build_graph
     from graph.extractions import aresume_extractions as aresume_extractions
     from graph.extractions import resume_extractions as resume_extractions
+    from graph.memory_view import MemoryStoreView as MemoryStoreView
     from graph.sessions import SessionBusyError as SessionBusyError
     from graph.sessions import SessionReentryError as SessionReentryError
     from graph.sessions import SessionWaitTimeout as SessionWaitTimeout
@@ -98,6 +99,7 @@ __getattr__, __dir__ = lazy_exports(
         "LoopConfig": "nodes.core.config",
         "LoopState": "nodes.core.state",
         "ManualExtractor": "nodes.extraction.extractors",
+        "MemoryStoreView": "graph.memory_view",
         "ModelCall": "nodes.core.policy",
         "ModelView": "nodes.context.settings",
         "Persona": "nodes.core.config",
@@ -161,6 +163,7 @@ __all__ = [
     "LoopConfig",
     "LoopState",
     "ManualExtractor",
+    "MemoryStoreView",
     "ModelCall",
     "ModelView",
     "Persona",

@@ -63,6 +63,20 @@ class FindsNeighbours(Protocol):
 
 
 @runtime_checkable
+class FindsNeighboursAtOnce(Protocol):
+    """The optional part of a `FindsNeighbours` backend that finds the neighbours of many new
+    facts in one go: an extraction's facts are checked with one query per bucket, not
+    one search each."""
+
+    def neighbours(
+        self, items: Sequence[MemoryItem], k: int = 8, min_cosine: float = -1.0
+    ) -> Sequence[Sequence[tuple[MemoryItem, float]]]:
+        """Each item's `k` closest live memories in its own bucket, at `min_cosine` or closer,
+        with their embedding cosine, closest first; one sequence per item."""
+        ...
+
+
+@runtime_checkable
 class RanksByRelevance(Protocol):
     """The optional part of a `MemoryBackend` that ranks by relevance alone.
 
@@ -78,6 +92,16 @@ class RanksByRelevance(Protocol):
     ) -> Sequence[SearchResult]:
         """The `k` memories `persona_id` may read (unrestricted) most relevant to `query`."""
         ...
+
+
+@runtime_checkable
+class DropsDuplicatesOnWrite(Protocol):
+    """The optional part of an `AppliesChanges` backend whose `apply` itself drops an add that
+    near-duplicates a live memory, checked and written as one step under its write lock
+    (`MemoryStore`): the loop does not check the adds of a plan against such a backend
+    beforehand, as the check that counts is the one made with the write."""
+
+    drops_duplicates_on_write: bool
 
 
 @runtime_checkable

@@ -46,7 +46,7 @@ from memory.storage.erasure import (
     scrub_pending,
 )
 from memory.storage.layout import bucket_metadata, check_owner, collection_name, migrate, ours
-from memory.storage.lock import DEFAULT_LOCK_TIMEOUT, StoreLock
+from memory.storage.lock import DEFAULT_LOCK_TIMEOUT, StoreLock, WriteLock
 from memory.storage.records import every_item, item_key, prune, records, upsert_each
 from memory.storage.reembed import Progress, reembed_store
 from memory.storage.sealing import Documents, KeyRing, Plain, Sealed
@@ -74,6 +74,20 @@ def _warn_clear_server() -> None:
         "memory forgotten on a Chroma server that holds text in the clear: the server keeps "
         "it in its own files (its log, full-text index, freed pages) until it compacts them"
     )
+
+
+def _write_lock(
+    client: ClientAPI, settings: Settings, folder: Path | None, keys: str | Path | None
+) -> WriteLock:
+    """The lock of the store's checked writes: an embedded store's folder (its processes are
+    kept apart for the store's life by `StoreLock`); a server's address, with the key ring's
+    folder its processes share, if any; or this client alone (an in-memory one)."""
+    if folder is not None:
+        return WriteLock(str(folder))
+    if settings.chroma_server_host:
+        address = f"{settings.chroma_server_host}:{settings.chroma_server_http_port}"
+        return WriteLock(address, Path(keys).resolve() if keys is not None else None)
+    return WriteLock(f"client {id(client)}")
 
 
 def _close(client: ClientAPI) -> None:
@@ -123,6 +137,7 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         self._folder = Path(settings.persist_directory) if persistent else None
         ring = self._folder or (Path(keys) if keys is not None else None)
         self._keys = KeyRing(ring) if ring is not None else None
+        self._writes = _write_lock(client, settings, self._folder, keys)
         self._documents: Documents = Sealed(self._keys) if self._keys is not None else Plain()
         """How memory text is kept in Chroma: sealed in an embedded store (`memory.storage.sealing`)."""
         self._history = History(client, self._documents)

@@ -26,8 +26,10 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from graph.builder import build_graph
 from graph.extractions import aresume_extractions
+from graph.memory_view import MemoryStoreView
 from graph.runs import CyreneGraph
 from graph.storage.checkpoint import open_checkpointer
+from memory.store import MemoryStore
 from nodes.context.settings import ModelView
 from nodes.core.config import LoopConfig
 from nodes.presence.settings import GroupPresence
@@ -69,6 +71,9 @@ def make_graph(config: LoopConfig) -> CyreneGraph:
 # demo world opens an embedded Chroma store, which must not happen per request.
 config = make_config()
 graph = make_graph(config)
+store = MemoryStoreView(config.memory) if isinstance(config.memory, MemoryStore) else None
+"""Studio's store view (`langgraph.json`): the demo's memories, read-only. Not compiled into
+the graph: the server refuses a graph that brings its own store, and hands its nodes this one."""
 
 
 @asynccontextmanager

@@ -16,7 +16,9 @@ session alone, so a shared Postgres database does not mix tests). Modes:
 Every mode ends by printing `memories <json list>` and `stats <json>`.
 EXTRACT_SECONDS makes the extractor sleep before answering; EXTRACT_FAIL=1
 makes it raise; APPLY_SECONDS makes the store log `apply` to `calls.log` and
-sleep before it applies an extraction's changes (its plan is recorded by then).
+sleep before it applies an extraction's changes (its plan is recorded by then);
+KILL_AT=index SIGKILLs the process between the write to Chroma and the lexical index's
+update, KILL_AT=applied once the changes are applied, before the ledger marks them done.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -99,7 +102,11 @@ class SlowStore(MemoryStore):
     def apply(self, changes: Sequence[Change]) -> None:
         log_line(self.calls, "apply")
         time.sleep(float(os.environ.get("APPLY_SECONDS", "0")))
+        if os.environ.get("KILL_AT") == "index":
+            self._lexical.put = lambda *_: os.kill(os.getpid(), signal.SIGKILL)  # type: ignore[method-assign]
         super().apply(changes)
+        if os.environ.get("KILL_AT") == "applied":
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def report(store: MemoryStore) -> None:

@@ -14,6 +14,7 @@ scrubbed with Chroma closed.
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -126,15 +127,38 @@ def test_forgets_beside_every_public_reader_and_writer_never_corrupt(tmp_path, r
         assert len(again.list()) >= MEMORIES - FORGETS
 
 
+def indexed(store: MemoryStore, word: str) -> list[str]:
+    """The records the lexical index finds for `word`, in every bucket."""
+    buckets = store.readable_buckets("xilian", restricted=False)
+    return [i for ids in store._lexical.search([word], buckets, 50).values() for i in ids]
+
+
 def test_a_forget_is_erased_from_the_files_while_the_store_stays_open(tmp_path):
+    """From Chroma's files, the lexical index and every other file under the data folder
+    (the index lives in RAM: no file of it may hold the words either), the superseded
+    version's words (an alias in the index) included."""
     folder = tmp_path / "memory"
     with MemoryStore.open(folder, embedding_function=HashingEmbedding()) as store:
         store.add_many(items())
         memory = store.list()[10]
+        old = MemoryItem(content="主人的保险柜密码是 zephyr4417", scope=Scope.USER)
+        store.add(old)
+        new = MemoryItem(content="主人的保险柜密码改成了 quokka9902", scope=Scope.USER)
+        store.supersede(old.id, new)
+        assert indexed(store, "zephyr4417") and indexed(store, "quokka9902")
+        assert store.search("zephyr4417", k=1)[0].item.id == new.id
         store.forget(memory.id)
+        store.forget(new.id)
         assert memory.content.encode() not in (folder / "chroma.sqlite3").read_bytes()
+        assert indexed(store, "zephyr4417") == indexed(store, "quokka9902") == []
+        assert all(store._lexical.text(i) is None for i in (memory.id, old.id, new.id))
         assert store.search("主人的记忆", k=3), "the store goes on after the erasure"
+        gone = [memory.content, old.content, new.content, "zephyr4417", "quokka9902"]
+        files = on_disk(tmp_path)
+        assert not [t for t in gone if t.encode() in files], "a forgotten text is in a file"
     assert integrity(folder) == [("ok",)]
+    files = on_disk(tmp_path)
+    assert not [t for t in gone if t.encode() in files], "a forgotten text is in a file"
 
 
 @pytest.mark.slow
@@ -273,3 +297,31 @@ def test_a_forget_on_a_foreign_server_says_what_it_leaves(tmp_path, capsys):
         )
     assert forgot.code == 0
     assert "holds memory text in the clear and keeps it in its own files" in forgot.err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash", ["index", "applied"])
+def test_a_crash_around_the_index_update_loses_nothing_and_leaves_one_entry(tmp_path, crash):
+    """A background extraction's process is SIGKILLed between its write to Chroma and the
+    lexical index's update (`index`), or once both are done but before the ledger marks
+    the extraction done (`applied`): the restart applies the extraction again. Then the
+    memory is in Chroma and in the index once, search finds it once, and the index holds
+    no record Chroma does not (nor the reverse)."""
+    from tests.test_extraction_durable import finish, worker
+
+    proc = worker(tmp_path, "turn", KILL_AT=crash)
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode == -signal.SIGKILL, output
+    with MemoryStore.open(tmp_path / "memory") as store:
+        assert [i.content for i in store.list()] == ["我喜欢乌龙茶"], "written before the crash"
+    after = finish(tmp_path, "recover")
+    assert after["memories"] == ["我喜欢乌龙茶"], after["output"]
+    assert after["stats"]["succeeded"] == 1, "the restart applied the extraction again"
+    with MemoryStore.open(tmp_path / "memory") as store:
+        [memory] = store.list()
+        hits = [h.item.id for h in store.search("我喜欢喝乌龙茶吗", persona_id="xilian", k=8)]
+        assert hits.count(memory.id) == 1
+        assert indexed(store, "乌龙茶") == [memory.id]
+        chroma = {i for c in store._stored() for i in c.get(include=[])["ids"]}
+        in_index = {i for bucket in store._lexical._ids.values() for i in bucket}
+        assert in_index == chroma == {memory.id}

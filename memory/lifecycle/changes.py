@@ -6,6 +6,11 @@ superseded is not superseded twice (its replacement is written again, which
 is an upsert), a memory already forgotten stays forgotten, and a change
 decided before a memory was forgotten never brings it back. A change decided
 later may (the owner said "remember" again).
+
+`apply` checks for near-duplicates at write time, under the store's `WriteLock`: two
+extractions of the same fact planned side by side (two sessions, two workers) each
+checked a store that held neither, so only a check made with the write, one writer at a
+time, sees the other's fact (`memory.lifecycle.duplicates`).
 """
 
 from __future__ import annotations
@@ -16,12 +21,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memory.items import MemoryItem
+from memory.lifecycle.duplicates import NEIGHBOURS, drop_duplicates
 from memory.lifecycle.history import History, HistoryEntry
 from memory.retrieval.aliases import drop_aliases, leave_alias
 from memory.retrieval.lexical import LexicalIndex
 from memory.storage.erasure import Gate, exclusively, gated
-from memory.storage.records import records
+from memory.storage.lock import WriteLock
+from memory.storage.records import closest, records
 from memory.storage.sealing import Documents
+from nodes.kernel.text import clean_text
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
@@ -38,9 +46,16 @@ class Lifecycle:
     _gate: Gate
     _documents: Documents
     _lexical: LexicalIndex
+    _writes: WriteLock
+    _missing: dict[str, float]
     clock: Callable[[], float]
+    drops_duplicates_on_write = True
+    """`apply` drops an add that near-duplicates a live memory (`memory.protocols.DropsDuplicatesOnWrite`)."""
+    embedding_function: Any
 
     if TYPE_CHECKING:
+
+        def _collection(self, bucket: str, *, create: bool) -> Collection | None: ...
 
         def _find(self, item_id: str) -> tuple[Collection, Mapping[str, Any]] | None: ...
         def _stored(self) -> builtins.list[Collection]: ...
@@ -164,22 +179,63 @@ class Lifecycle:
             return []
         return builtins.list(reversed(self._history.ancestry(item_id))) + chain
 
+    @gated
+    def neighbours(
+        self, items: Sequence[MemoryItem], k: int = 8, min_cosine: float = -1.0
+    ) -> builtins.list[builtins.list[tuple[MemoryItem, float]]]:
+        """Each item's `k` closest live memories in its own bucket at `min_cosine` or closer,
+        with their embedding cosine, closest first (`memory.protocols.FindsNeighboursAtOnce`):
+        one embedding call for every item and one query per bucket, whatever their number.
+
+        Args:
+            items: the new memories (a persona item must name its persona).
+            k: how many neighbours each at most.
+            min_cosine: the farthest a neighbour may be.
+
+        Returns:
+            One list per item, in order.
+        """
+        vectors = self.embedding_function.embed_query([clean_text(i.content) for i in items])
+        found: builtins.list[builtins.list[tuple[MemoryItem, float]]] = [[] for _ in items]
+        by_bucket: dict[str, builtins.list[int]] = {}
+        for n, item in enumerate(items):
+            by_bucket.setdefault(item.bucket, []).append(n)
+        for bucket, where in by_bucket.items():
+            self._missing.pop(bucket, None)  # another writer may have just made it
+            collection = self._collection(bucket, create=False)
+            if collection is None:
+                continue
+            near = closest(collection, [vectors[n] for n in where], self._documents, k, min_cosine)
+            for n, hits in zip(where, near, strict=True):
+                found[n] = hits
+        return found
+
     def apply(self, changes: Sequence[Change]) -> None:
-        """Apply planned changes (`memory.lifecycle.operations`), idempotently: adds, then supersedes
-        and forgets in order (`memory.protocols.AppliesChanges`)."""
-        adding = [c for c in changes if c.action == "add" and c.item is not None]
-        with self._gate.shared():  # not held across the forgets below: they hold it alone
-            known = (
-                self._history.entries([str(c.item.id) for c in adding if c.item]) if adding else {}
-            )
-        adds = [c.item for c in adding if c.item and not _forgotten_since(known, c.item, c.at)]
-        if adds:
-            self.add_many(adds)
-        for change in changes:
-            if change.action == "supersede" and change.target and change.item:
-                self.supersede(change.target, change.item, at=change.at)
-            elif change.action == "forget" and change.target:
-                self.forget(change.target, at=change.at)
+        """Apply planned changes (`memory.lifecycle.operations`), idempotently: adds, then
+        supersedes and forgets in order (`memory.protocols.AppliesChanges`). An add that
+        near-duplicates a live memory of its bucket, or an earlier fact of `changes`, is
+        dropped: checked and written under the store's write lock, so no other writer's
+        fact slips in between."""
+        with self._writes.held():
+            with self._gate.shared():  # not held across the forgets below: they hold it alone
+                adding = [c.item for c in changes if c.action == "add" and c.item is not None]
+                known = self._history.entries([str(i.id) for i in adding]) if adding else {}
+                live = [
+                    c
+                    for c in changes
+                    if c.action != "add"
+                    or (c.item is not None and not _forgotten_since(known, c.item, c.at))
+                ]
+                # Nothing shown to compare with here: a crowd of close memories is read deeper.
+                live = drop_duplicates(live, self, None, [], neighbours=4 * NEIGHBOURS)
+            adds = [c.item for c in live if c.action == "add" and c.item is not None]
+            if adds:
+                self.add_many(adds)
+            for change in live:
+                if change.action == "supersede" and change.target and change.item:
+                    self.supersede(change.target, change.item, at=change.at)
+                elif change.action == "forget" and change.target:
+                    self.forget(change.target, at=change.at)
 
 
 def _forgotten_since(entries: Mapping[str, HistoryEntry], item: MemoryItem, at: float) -> bool:

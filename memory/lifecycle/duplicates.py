@@ -14,6 +14,13 @@ apart what embeds alike and differs in a value: on the 85 distinct pairs of
 "喜欢"/"不喜欢", …) the cosine alone took 61 for duplicates, the numbers alone many
 of them; with the values rule none, and its 17 rewordings are still caught.
 
+The check that counts is made when a fact is written (`MemoryStore.apply`), against the
+store as it is then, under its write lock: two extractions planned side by side each find
+the store without the other's fact. A backend that does not check as it writes
+(`memory.protocols.DropsDuplicatesOnWrite`) is checked when the extraction is planned,
+against what the extractor was shown too. Either asks for the neighbours of all its new
+facts at once where the backend can (`memory.protocols.FindsNeighboursAtOnce`).
+
 A supersede is held to more: the model said the fact changed, and an update
 can be as close as a rewording, so only a new fact that says the very same
 words as the one it replaces is dropped (re-stating a fact must not delete it,
@@ -28,12 +35,14 @@ from collections.abc import Mapping, Sequence, Set
 from memory.items import MemoryItem
 from memory.lifecycle.operations import Change
 from memory.lifecycle.values import values
-from memory.protocols import FindsNeighbours, MemoryBackend
+from memory.protocols import FindsNeighbours, FindsNeighboursAtOnce
 
 log = logging.getLogger("cyrene.memory")
 
 DUPLICATE_COSINE = 0.86
-_NEIGHBOURS = 10
+NEIGHBOURS = 10
+"""The nearest memories a new fact is compared with (and, when all are that close, those
+shown to the extractor too)."""
 
 
 def near_duplicate(cosine: float, a: str, b: str, threshold: float = DUPLICATE_COSINE) -> bool:
@@ -44,11 +53,14 @@ def near_duplicate(cosine: float, a: str, b: str, threshold: float = DUPLICATE_C
 
 def drop_duplicates(
     changes: Sequence[Change],
-    store: MemoryBackend,
+    store: object,
     persona_id: str | None,
     recalled: Sequence[MemoryItem],
     earlier: Sequence[Change] = (),
     threshold: float = DUPLICATE_COSINE,
+    *,
+    adds: bool = True,
+    neighbours: int = NEIGHBOURS,
 ) -> list[Change]:
     """The changes without those that would store a fact twice.
 
@@ -59,7 +71,8 @@ def drop_duplicates(
     supersedes or forgets do not count, nor do those of the same extraction (a
     re-run rewrites them); what `earlier` (the session's earlier jobs' plans, applied
     first) writes counts as stored. A backend that cannot find neighbours
-    (`memory.protocols.FindsNeighbours`) is not checked.
+    (`memory.protocols.FindsNeighbours`) is not checked; without `adds`, only supersedes
+    are (the backend checks adds as it writes them: `DropsDuplicatesOnWrite`).
     """
     if not isinstance(store, FindsNeighbours):
         return list(changes)
@@ -68,9 +81,12 @@ def drop_duplicates(
     kept: list[Change] = []
     # What the session's earlier jobs write counts as stored (they are applied first).
     fresh: list[MemoryItem] = [c.item for c in earlier if c.item is not None]
+    new_facts = [c.item for c in changes if c.action != "supersede" and c.item is not None]
+    checked = new_facts if adds else []
+    nearest = iter(_nearest_each(store, checked, persona_id, threshold, neighbours))
     for change in changes:
         new = change.item
-        if new is None:
+        if new is None or (change.action != "supersede" and not adds):
             kept.append(change)
             continue
         if change.action == "supersede":
@@ -79,7 +95,9 @@ def drop_duplicates(
                 log.info("supersede dropped: %s says what %s says", new.id, old.id)
                 continue
         else:
-            twin = _twin(store, new, persona_id, shown, going, fresh, threshold)
+            near = next(nearest)
+            crowded = len(near) == neighbours  # all that close: a duplicate may lie beyond
+            twin = _twin(store, new, near, shown if crowded else {}, going, fresh, threshold)
             if twin is not None:
                 log.info("memory not stored again: %s near-duplicates %s", new.id, twin.id)
                 continue
@@ -88,10 +106,26 @@ def drop_duplicates(
     return kept
 
 
+def _nearest_each(
+    store: FindsNeighbours,
+    items: list[MemoryItem],
+    persona_id: str | None,
+    threshold: float,
+    k: int,
+) -> list[list[tuple[MemoryItem, float]]]:
+    """Each new fact's `k` nearest memories at the threshold or closer: all at once from a
+    backend that can (`FindsNeighboursAtOnce`), else one `nearest` search each."""
+    if not items:
+        return []
+    if isinstance(store, FindsNeighboursAtOnce):
+        return [list(hits) for hits in store.neighbours(items, k, threshold)]
+    return [list(store.nearest(i.content, persona_id, k, threshold)) for i in items]
+
+
 def _twin(
     store: FindsNeighbours,
     new: MemoryItem,
-    persona_id: str | None,
+    nearest: list[tuple[MemoryItem, float]],
     shown: Mapping[str | None, MemoryItem],
     going: Set[str],
     fresh: list[MemoryItem],
@@ -99,16 +133,14 @@ def _twin(
 ) -> MemoryItem | None:
     """The live memory `new` near-duplicates, if any.
 
-    The store's cosines of its nearest memories at the threshold or closer come
-    with the search; a memory shown to the extractor outside them is embedded
-    only when all the nearest are that close (otherwise it is farther, so no
-    duplicate), and the batch's earlier facts always are.
+    The store's cosines of its `nearest` memories at the threshold or closer come
+    with the search; the memories `shown` (those shown to the extractor, when all the
+    nearest are that close: otherwise they are farther, so no duplicate) outside them
+    are embedded, and the batch's earlier facts always are.
     """
-    nearest = list(store.nearest(new.content, persona_id, k=_NEIGHBOURS, min_cosine=threshold))
     found = {item.id for item, _ in nearest}
-    crowded = len(nearest) == _NEIGHBOURS  # all that close: a duplicate may lie beyond them
-    others = [item for item in shown.values() if item.id not in found] if crowded else []
-    others += fresh
+    others = [item for item in shown.values() if item.id not in found]
+    others += [item for item in fresh if item.bucket == new.bucket]
     pairs = nearest + list(
         zip(others, store.similarities(new.content, [i.content for i in others]), strict=True)
     )

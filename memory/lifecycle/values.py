@@ -15,6 +15,7 @@ other (kin, colours, seasons, pets: "姐姐"/"妹妹" and "green"/"black" tea em
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -197,8 +198,10 @@ def _marks(text: str, marks: set[str]) -> None:
         marks.add("negated")
 
 
+@functools.lru_cache(maxsize=8_192)
 def values(text: str) -> Values:
-    """The values `text` states (see the module)."""
+    """The values `text` states (see the module); cached: a new fact is compared with each of
+    its near neighbours, and the same neighbours come back write after write."""
     marks: set[str] = set()
     rest = _dates(text.casefold(), marks)
     numbers = tuple(_numbers(rest))

@@ -12,7 +12,7 @@ guards each hit's owner a second time (`memory.storage.records.may_read`).
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,7 @@ from memory.retrieval.perspective import query_vector, readings
 from memory.retrieval.ranking import Decay, Fusion, SearchResult, rank
 from memory.storage.erasure import Gate, gated
 from memory.storage.lock import StoreLock
-from memory.storage.records import item_key, may_read, records
+from memory.storage.records import closest, item_key, may_read
 from memory.storage.sealing import Documents
 from nodes.kernel.text import clean_text
 
@@ -219,23 +219,7 @@ class Search:
         vector = self.embedding_function.embed_query([clean_text(text)])[0]
 
         def close(collection: Collection) -> builtins.list[tuple[MemoryItem, float]]:
-            # `records` skips aliases (an old fact's words are no copy of what replaced
-            # them), so when they fill the rows read, more rows are read.
-            n = k
-            while True:
-                found: Mapping[str, Any] = collection.query(
-                    query_embeddings=[vector], n_results=n, include=["distances"]
-                )
-                rows = builtins.list(zip(found["ids"][0], found["distances"][0], strict=True))
-                cosine = {i: 1.0 - d for i, d in rows if 1.0 - d >= min_cosine}
-                if not cosine:  # (a `get` of no ids reads the whole collection)
-                    return []
-                got = collection.get(ids=builtins.list(cosine), include=["documents", "metadatas"])
-                items = [(item, cosine[item_key(item)]) for item in records(got, self._documents)]
-                # Enough, or nothing closer is left: every row read, or some too far.
-                if len(items) >= k or len(rows) < n or len(cosine) < len(rows):
-                    return items
-                n *= 4
+            return closest(collection, [vector], self._documents, k, min_cosine)[0]
 
         readable = self._readable(reader, False)
         found = [hit for hits in self._bucket_pool.map(close, readable) for hit in hits]

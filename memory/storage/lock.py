@@ -9,6 +9,10 @@ it until `close()`. The OS drops it when the process ends however it ends
 Within one process, opening a path that is already open shares the lock (and
 Chroma shares its in-process system per path too): a count of holders
 releases it at the last `close()`. A forked child does not inherit the share.
+
+`WriteLock` is narrower: it is held for one write that checks the store before it
+writes (`MemoryStore.apply`: no fact stored twice), so that no other writer's write
+falls between the check and the write.
 """
 
 from __future__ import annotations
@@ -17,14 +21,21 @@ import fcntl
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from memory.errors import StoreInUseError
 
 LOCK_FILE = "cyrene.lock"
+WRITE_LOCK_FILE = "cyrene-writes.lock"
 DEFAULT_LOCK_TIMEOUT = 10.0
+WRITE_LOCK_TIMEOUT = 30.0
+"""Seconds a write waits for another writer's (a write takes milliseconds; a writer that
+hangs longer fails this write, which a background extraction tries again later)."""
 _POLL = 0.05
+_WRITE_POLL = 0.002
 
 
 @dataclass
@@ -34,6 +45,7 @@ class _Share:
 
 
 _SHARES: dict[Path, _Share] = {}
+_WRITERS: dict[str, threading.Lock] = {}  # a store's key → the lock its writers take here
 _GUARD = threading.Lock()
 
 
@@ -79,28 +91,80 @@ class StoreLock:
                 os.close(share.fd)  # closing the only descriptor drops the flock
 
 
-def _lock(folder: Path, timeout: float) -> int:
-    """A descriptor holding the exclusive lock, taken within `timeout` seconds."""
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+class WriteLock:
+    """One writer at a time for a store's checked writes: the threads of this process (every
+    handle on the same store shares one lock), and, when the store has a folder its
+    processes share (an embedded store's is held whole by `StoreLock`; a Chroma server's
+    clients may share their key ring's), the processes using it, by an exclusive `flock`
+    on `<folder>/cyrene-writes.lock` taken for the write alone. Processes on a server that
+    share no folder are not kept apart: Chroma offers no lock to take."""
+
+    def __init__(
+        self, store: str, folder: Path | None = None, timeout: float = WRITE_LOCK_TIMEOUT
+    ) -> None:
+        self.store = store
+        self.folder = folder
+        self.timeout = timeout
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold it for a block.
+
+        Raises:
+            StoreInUseError: another writer held it for `timeout` seconds.
+        """
+        with _GUARD:
+            threads = _WRITERS.setdefault(self.store, threading.Lock())
+        if not threads.acquire(timeout=self.timeout):
+            raise StoreInUseError(self._busy())
+        try:
+            if self.folder is None:
+                yield
+                return
+            fd = _flock(self.folder / WRITE_LOCK_FILE, self.timeout, _WRITE_POLL)
+            if fd is None:
+                raise StoreInUseError(self._busy())
+            try:
+                yield
+            finally:
+                os.close(fd)
+        finally:
+            threads.release()
+
+    def _busy(self) -> str:
+        return f"the memory store {self.store} had another writer for {self.timeout:g}s"
+
+
+def _flock(path: Path, timeout: float, poll: float) -> int | None:
+    """A descriptor holding an exclusive lock on `path`, taken within `timeout` seconds
+    (None: not taken in time)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + max(timeout, 0.0)
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
+            return fd
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                holder = _read_holder(fd)
                 os.close(fd)
-                raise StoreInUseError(_in_use_message(folder, holder, timeout)) from None
-            time.sleep(_POLL)
+                return None
+            time.sleep(poll)
+
+
+def _lock(folder: Path, timeout: float) -> int:
+    """A descriptor holding the exclusive lock, taken within `timeout` seconds."""
+    fd = _flock(folder / LOCK_FILE, timeout, _POLL)
+    if fd is None:
+        holder = _read_holder(folder / LOCK_FILE)
+        raise StoreInUseError(_in_use_message(folder, holder, timeout))
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)  # for the next process's message
     return fd
 
 
-def _read_holder(fd: int) -> str:
+def _read_holder(path: Path) -> str:
     try:
-        return os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        return path.read_text(errors="replace")[:32].strip() or "unknown"
     except OSError:
         return "unknown"
 
@@ -121,6 +185,7 @@ def _forget_after_fork() -> None:
     for share in _SHARES.values():
         os.close(share.fd)  # the parent's own descriptor keeps the lock
     _SHARES.clear()
+    _WRITERS.clear()  # a parent's thread may have held one at the fork
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)

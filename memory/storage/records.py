@@ -7,7 +7,7 @@ collections to touch.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Set
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from typing import Any
 
 from chromadb.api.models.Collection import Collection
@@ -119,6 +119,46 @@ def prune(collection: Collection, written: Mapping[str, Set[str]]) -> tuple[list
     if aliases:
         collection.delete(ids=aliases)  # the words they held as aliases
     return stale, aliases
+
+
+def closest(
+    collection: Collection,
+    vectors: Sequence[Any],
+    documents: Documents,
+    k: int,
+    min_cosine: float = -1.0,
+) -> list[list[tuple[MemoryItem, float]]]:
+    """Each vector's `k` closest memories in the collection at `min_cosine` or closer, with
+    their cosine, closest first: one query for all the vectors, one read of the records
+    they found, none of the records beyond `min_cosine` (a query that returns distances
+    alone costs about half). `records` skips aliases (an old fact's words are no copy of
+    what replaced them), so a vector whose rows they filled is asked again for more."""
+    found: list[list[tuple[MemoryItem, float]]] = [[] for _ in vectors]
+    asking, n = list(range(len(vectors))), k
+    while asking and k > 0:
+        got: Mapping[str, Any] = collection.query(
+            query_embeddings=[vectors[i] for i in asking], n_results=n, include=["distances"]
+        )
+        rows = dict(zip(asking, got["distances"], strict=True))
+        close = {
+            i: {r: 1.0 - d for r, d in zip(ids, rows[i], strict=True) if 1.0 - d >= min_cosine}
+            for i, ids in zip(asking, got["ids"], strict=True)
+        }
+        wanted = sorted({r for near in close.values() for r in near})
+        if not wanted:  # (a `get` of no ids reads the whole collection)
+            break
+        read = collection.get(ids=wanted, include=["documents", "metadatas"])
+        items = {item_key(item): item for item in records(read, documents)}
+        again = []
+        for i in asking:
+            found[i] = [(items[r], cosine) for r, cosine in close[i].items() if r in items]
+            # Enough, or nothing closer is left: every row read, or some too far.
+            if len(found[i]) < k and len(rows[i]) == n and len(close[i]) == n:
+                again.append(i)
+        asking, n = again, n * 4
+    for hits in found:
+        hits.sort(key=lambda hit: hit[1], reverse=True)
+    return found
 
 
 def records(got: Mapping[str, Any], documents: Documents) -> list[MemoryItem]:

@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from memory.lifecycle.operations import Change
 from memory.protocols import PrunesExtractions
 from nodes.extraction.jobs import TURNS, ExtractionJob
 from nodes.extraction.ledger import Record, claimable, same_claim, this_owner
@@ -232,8 +233,8 @@ def store_items(
     pairs = [(job, change) for job in jobs if job not in broken for change in job.changes or []]
     start = 0
     while start < len(pairs):
-        chunk = pairs[start : start + (QUIET_CHUNK if give_way(deadline) else BUSY_CHUNK)]
-        start += len(chunk)
+        end = chunk_end(pairs, start, QUIET_CHUNK if give_way(deadline) else BUSY_CHUNK)
+        chunk, start = pairs[start:end], end
         for same in group(chunk, lambda pair: id(pair[0].store)).values():
             try:
                 apply_changes(same[0][0].store, [change for _, change in same])
@@ -249,6 +250,18 @@ def store_items(
             setback("clearing an earlier run's memories", exc, same_store)
             broken.update(same_store)
     return [j for j in jobs if j not in broken], [j for j in jobs if j in broken]
+
+
+def chunk_end(pairs: list[tuple[ExtractionJob, Change]], start: int, size: int) -> int:
+    """Where a chunk of `size` changes from `start` ends, but never inside a job that
+    supersedes or forgets: the store's write-time duplicate check keeps a new fact that
+    near-duplicates a memory the same write takes (`memory.lifecycle.changes`)."""
+    end = min(start + size, len(pairs))
+    job = pairs[end - 1][0]
+    if any(change.target for change in job.changes or []):
+        while end < len(pairs) and pairs[end][0] is job:
+            end += 1
+    return end
 
 
 def claim(

@@ -19,6 +19,7 @@ from memory.lifecycle.duplicates import drop_duplicates
 from memory.lifecycle.operations import Change, Recalled, handles, resolve
 from memory.protocols import (
     AppliesChanges,
+    DropsDuplicatesOnWrite,
     Extractor,
     ExtractsOperations,
     FindsNeighbours,
@@ -83,8 +84,11 @@ def plan_extraction(
     else:
         recalled, operations = [], list(extractor.extract(messages))
     changes = resolve(operations, recalled, persona_id=persona_id, source=source)
+    # A store that checks its adds as it writes them is not asked twice.
+    adds = not (isinstance(store, DropsDuplicatesOnWrite) and store.drops_duplicates_on_write)
+    shown = [r.item for r in recalled]
     try:
-        return drop_duplicates(changes, store, persona_id, [r.item for r in recalled], earlier)
+        return drop_duplicates(changes, store, persona_id, shown, earlier, adds=adds)
     except Exception as exc:  # the store is down: its write will wait for it, not the model
         log.warning("near-duplicate check skipped (%s: %s)", type(exc).__name__, exc)
         return changes

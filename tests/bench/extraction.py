@@ -11,7 +11,8 @@ background extractor turns into one memory, on a store that already holds
 the load ran, the lag from a turn's reply to its memory being stored (p50 /
 p95 over every memory; one stored after the load counts with its real lag),
 the deepest the extraction queue got, and turn latency and CPU per turn
-against the same load with memory reads but no extractor. Then single turns:
+against the same load with memory reads but no extractor; and the CPU one background
+memory costs, planned and written as the pipeline does (chunks of 8). Then single turns:
 idle, and started right after the first chunk of a 200-item background write
 landed. Last, crash trials: a worker SIGKILLed mid-extraction, then restarted.
 `bench_extraction(...)` and `bench_extraction_crashes(...)` append their rows to
@@ -39,8 +40,10 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from graph import LoopConfig, Persona, build_graph, open_checkpointer, wait_for_extractions
-from memory import Extractor, MemoryItem, MemoryStore, Scope
+from memory import Change, Extractor, MemoryItem, MemoryStore, Scope, Source
 from nodes.extraction.background import queue_depth
+from nodes.extraction.cycle import QUIET_CHUNK
+from nodes.extraction.planning import apply_changes, plan_extraction
 from nodes.kernel.messages import last_human, message_text
 from tests.bench.table import ROWS, elapsed_ms, row
 from tests.conftest import free_port, wait_for_port
@@ -209,6 +212,34 @@ def bench_under_load(store: TimedStore, seconds: float, where: str) -> None:
     )
 
 
+def bench_cpu_per_memory(store: MemoryStore, memories: int = 400) -> None:
+    """CPU per background memory: each planned alone (`plan_extraction`: the extractor,
+    the near-duplicate check where the store does not check as it writes), then written
+    8 at a time (`apply_changes`), as the writer's quiet chunks are; one thread."""
+    planning = writing = 0.0
+    chunk: list[Change] = []
+    for n in range(memories):
+        fact = f"第{n % SESSIONS}位主人的第{n}件事 {time.time_ns()}"
+        source = Source(session_id=f"s{n % SESSIONS}", message_id=f"m{n}", extraction=f"k{n}")
+        started = time.process_time()
+        chunk += plan_extraction(
+            FactExtractor(), [HumanMessage(fact)], store, persona_id="p", source=source
+        )
+        planning += time.process_time() - started
+        if len(chunk) == QUIET_CHUNK or n == memories - 1:
+            started = time.process_time()
+            apply_changes(store, chunk)
+            writing += time.process_time() - started
+            chunk = []
+    row(
+        "extraction: CPU per background memory, planned + written (ms)",
+        f"{(planning + writing) * 1000 / memories:.1f}",
+        f"planned {planning * 1000 / memories:.1f}, written {writing * 1000 / memories:.1f}",
+        "—",
+        "reported",
+    )
+
+
 def bench_turn_during_writes(store: TimedStore, repeat: int, where: str) -> None:
     """An idle turn, then a turn started as soon as the first chunk of the previous turn's
     200-item background write has landed (so it meets the rest of that write)."""
@@ -308,6 +339,7 @@ def bench_extraction(seconds: float, repeat: int, folder: Path, server: bool = F
         )
         where = " (Chroma server)" if server else ""
         bench_under_load(store, seconds, where)
+        bench_cpu_per_memory(store)
         bench_turn_during_writes(store, repeat, where)
 
 
