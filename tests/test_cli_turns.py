@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
@@ -126,11 +125,11 @@ def test_a_busy_session_is_one_line_and_stores_nothing(tmp_path, capsys, monkeyp
             Sessions(busy_policy="reject")
         ),
     )
-    started = threading.Event()
+    started, answered = threading.Event(), threading.Event()
 
     def slow(messages: list[BaseMessage]) -> AIMessage:
         started.set()
-        time.sleep(1.5)
+        answered.wait(30)  # held until the CLI has had its answer, however long it loads
         return AIMessage("慢慢说")
 
     def another_process_s_turn() -> None:
@@ -142,6 +141,7 @@ def test_a_busy_session_is_one_line_and_stores_nothing(tmp_path, capsys, monkeyp
     holder.start()
     assert started.wait(30)
     busy = cyrene(capsys, "run", "后到", "--session", "s", "--data", str(tmp_path))
+    answered.set()
     holder.join()
     assert busy.code == 2
     assert "session 's' is busy" in one_line_error(busy)
