@@ -7,6 +7,8 @@ Real embedded stores with the default embedding, on real dates.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -228,3 +230,35 @@ def test_a_record_it_cannot_read_does_not_send_the_index_back_to_chroma(tmp_path
         for _ in range(3):
             assert again.search(SECRET, k=1)[0].item.id == kept.id
         assert caught_up == []
+
+
+def test_a_search_beside_writes_in_another_thread_reads_its_own_hits():
+    """Conversation recall writes its index from a background thread while rounds search it:
+    a search must read its hits' ids from the searcher that found them, never from the one
+    a commit in between put in its place (tantivy panicked: index out of bounds)."""
+    index = lexical.LexicalIndex()
+    index.put("owner", ["m0"], ["今天过得怎么样"])
+    stop, failures = threading.Event(), []
+
+    def write() -> None:
+        n = 1
+        while not stop.is_set():
+            index.put("owner", [f"m{n}"], [f"第{n}句：今天过得怎么样？"])
+            if n % 3 == 0:  # removals let tantivy merge segments: fewer than a search saw
+                index.remove([f"m{n - 1}"])
+            n += 1
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        for _ in range(3000):
+            try:
+                found = index.search(["今天过得怎么样"], ["owner"], 32)
+            except BaseException as error:  # pyo3's PanicException is a BaseException
+                failures.append(error)
+                break
+            assert found["owner"], "every search finds the first record at least"
+    finally:
+        stop.set()
+        writer.join()
+    assert failures == []

@@ -181,18 +181,20 @@ class LexicalIndex:
                 for t in wanted
             ]
         )
-        scored: list[tuple[float, str, Any]] = []
+        scored: list[tuple[float, str, Any, Any]] = []
         for bucket in buckets:
             shard = self._shards.get(bucket)
             if shard is not None:
-                hits = shard.searcher.search(query, limit=n).hits
-                scored += [(score, bucket, address) for score, address in hits]
+                # The searcher the hits came from: a write committed meanwhile (another
+                # thread's) gives the shard a new one, where these addresses mean nothing.
+                searcher = shard.searcher
+                hits = searcher.search(query, limit=n).hits
+                scored += [(score, bucket, searcher, address) for score, address in hits]
         scored.sort(key=lambda hit: hit[0], reverse=True)
         # Ids are read for the best `n` alone: a stored document costs ~10 µs to read.
         found: dict[str, list[str]] = {}
-        for _, bucket, address in scored[:n]:
-            record_id = self._shards[bucket].searcher.doc(address)["id"][0]
-            found.setdefault(bucket, []).append(record_id)
+        for _, bucket, searcher, address in scored[:n]:
+            found.setdefault(bucket, []).append(searcher.doc(address)["id"][0])
         return found
 
     def text(self, record_id: str) -> str | None:
