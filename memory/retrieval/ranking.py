@@ -25,6 +25,10 @@ from memory.items import MemoryItem
 from memory.retrieval.lexical import Held, terms
 
 DAY = 86_400.0
+# The least relevance a search returns: a memory that shares no word with the question
+# and whose cosine is under 0.125 is noise (`Fusion()` counts a cosine alone at 0.2 of itself;
+# the rule before counted it at 0.4, with this floor at 0.05).
+MIN_RELEVANCE = 0.025
 
 
 @dataclass(frozen=True)

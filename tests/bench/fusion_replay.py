@@ -31,7 +31,7 @@ from memory import Fusion, MemoryItem, MemoryStore, MultilingualEmbedding, Scope
 from memory.retrieval import search
 from memory.retrieval.lexical import terms
 from memory.retrieval.perspective import query_vector, readings
-from memory.retrieval.ranking import Decay, rank
+from memory.retrieval.ranking import MIN_RELEVANCE, Decay, rank
 from nodes.kernel.text import clean_text
 from tests.bench import memory as bench_memory
 from tests.bench.locomo import DATA_ENV, load_locomo, locomo_path
@@ -155,7 +155,7 @@ def captured_sets(path: Path | None) -> list[Captured]:
 
 
 def first_ranks(
-    fusion: Fusion, captured: Captured, decay: Decay, min_relevance: float = 0.05
+    fusion: Fusion, captured: Captured, decay: Decay, min_relevance: float = MIN_RELEVANCE
 ) -> list[tuple[str, int]]:
     """(group, rank of the first answer within `DEPTH`, 0 if none) of each question."""
     found = []
