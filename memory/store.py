@@ -35,7 +35,7 @@ from memory.items import MemoryItem, Scope, require_owner
 from memory.lifecycle.changes import Lifecycle
 from memory.lifecycle.history import History
 from memory.retrieval.lexical import LexicalIndex
-from memory.retrieval.ranking import Decay, Fusion
+from memory.retrieval.ranking import MIN_RELEVANCE, Decay, Fusion
 from memory.retrieval.search import Search
 from memory.storage.clear_text import finish_rebuild, has_clear_text, seal_clear_text
 from memory.storage.erasure import (
@@ -113,7 +113,7 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         *,
         embedding_function: Any = None,
         decay: Decay | None = None,
-        min_relevance: float = 0.05,
+        min_relevance: float = MIN_RELEVANCE,
         clock: Callable[[], float] = time.time,
         lock: StoreLock | None = None,
         fusion: Fusion | None = None,

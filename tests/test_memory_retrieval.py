@@ -122,6 +122,25 @@ def test_restricted_reads_never_get_persona_memories_through_the_lexical_side(st
     assert own[0].item.content == private.content
 
 
+def _idf(term: str) -> float:
+    # "kiwi fig" reads as kiwi, kiw, iwi, fig: a memory holding "fig" alone covers 1/5.
+    return 1.0 if term == "fig" else 4 / 3
+
+
+def test_a_shared_word_leads_only_when_the_embedding_finds_the_question_close():
+    """`Fusion`: coverage counts in proportion to the nearest candidate's cosine. The fig
+    note shares a word with the question but is far from it; the other note is nearer."""
+    fusion = Fusion()
+    documents = ["a fig on the shelf", "something else entirely"]
+    assert fusion.relevances(["kiwi fig"], documents, [0.9, 0.7], _idf) == pytest.approx(
+        [(0.7 * 0.3 * 0.2 + 0.3 * 0.1 + 0.5 * 0.2 * 0.1) / 1.5, 0.3 * 0.3 / 1.5]
+    ), "far from every memory (best cosine 0.3): the nearer note leads"
+    shared, nearer = fusion.relevances(["kiwi fig"], documents, [0.5, 0.3], _idf)
+    assert shared > nearer, "close (best cosine 0.7): the shared word leads"
+    alone = Fusion(0, 1).relevances(["kiwi fig"], documents, [0.9, 0.7], _idf)
+    assert alone == pytest.approx([0.1, 0.3]), "dense alone: the cosine"
+
+
 _LETTERS = st.sampled_from(list("abcdeßİ主人喜欢猫的 ,.!?'_-0123ΣσςÅ\u0301"))
 
 

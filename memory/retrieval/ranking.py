@@ -1,9 +1,10 @@
 """Ranking: candidates from the dense and the lexical side, one relevance, age as a tie-break.
 
-relevance = `lexical_weight` × coverage + (1 − `lexical_weight`) × cosine (`Fusion`), in
-[0, 1]: coverage is the share of the question's information (the IDF of its terms,
-`memory.retrieval.lexical`) a memory holds; cosine is the embedding's, counted at
-`other_script` of itself for a memory in another script than the question.
+relevance = (w × best cosine × coverage + (1 − w) × cosine + a × coverage × cosine) ÷ (1 + a)
+(`Fusion`: w is `lexical_weight`, a `agreement`), in [0, 1]: coverage is the share of the
+question's information (the IDF of its terms, `memory.retrieval.lexical`) a memory holds;
+cosine is the embedding's, counted at `other_script` of itself for a memory in another
+script than the question; the best cosine is that of the question's nearest candidate.
 
 score = relevance ÷ the best candidate's relevance + `tie_break` × decay (`rank`). Age
 never buries relevance: decay is in [floor, 1], so it reorders only memories whose
@@ -24,6 +25,10 @@ from memory.items import MemoryItem
 from memory.retrieval.lexical import Held, terms
 
 DAY = 86_400.0
+# The least relevance a search returns: a memory that shares no word with the question
+# and whose cosine is under 0.125 is noise (`Fusion()` counts a cosine alone at 0.2 of itself;
+# the rule before counted it at 0.4, with this floor at 0.05).
+MIN_RELEVANCE = 0.025
 
 
 @dataclass(frozen=True)
@@ -65,24 +70,33 @@ class SearchResult:
 
 @dataclass(frozen=True)
 class Fusion:
-    """Relevance = `lexical_weight` × coverage + the rest × cosine, discounted across scripts.
+    """Relevance from coverage and cosine: coverage weighed by how close the question's
+    nearest candidate is, cosine, and their agreement (module docstring).
 
-    Chosen on LoCoMo (flat, R@5 then R@10) among reciprocal-rank fusion, min-max
-    weighted fusion and this rule, lexical weights 0.2-0.9 (`python -m tests.bench.locomo
-    --rows fusion`); the bilingual set (`tests/data/memory_recall.jsonl`) was not used to
-    choose. Coverage and cosine are both absolute, so a weak best hit of either side stays
-    weak. A memory in another script than the question (CJK against Latin) counts 0.6 of
-    its cosine: a small multilingual model scores unrelated Chinese text too close to
-    English questions. `Fusion(lexical_weight=0, other_script=1)` is dense alone (search
-    then takes no lexical candidates).
+    Coverage counts `lexical_weight` × the best candidate's cosine: a question whose nearest
+    memory is far was asked in other words than any memory holds (a paraphrase: "Can I have
+    a milkshake?" ← "The owner is lactose intolerant"), so the words it shares with a memory
+    are more likely common ones; a question the embedding places close to a memory is one
+    whose words the memories use, and shared rare words then single the answer out. The
+    agreement term rewards a memory both sides find. Dividing every relevance by the best
+    cosine gives coverage a fixed weight against the cosine relative to the best: the
+    cosine normalised to its candidates, coverage left absolute. Chosen on LoCoMo and the
+    bilingual set together (`docs/memory.md`, the table of rules tried): 0.6 × coverage +
+    0.4 × cosine, LoCoMo's choice, missed the bilingual set's target, and every rule that
+    met it lost LoCoMo's R@10. A memory in another script than the question (CJK against
+    Latin) counts 0.6 of its cosine: a small multilingual model scores unrelated Chinese
+    text too close to English questions. `Fusion(lexical_weight=0, other_script=1)` is
+    dense alone (search then takes no lexical candidates), its relevance the cosine.
 
     Attributes:
-        lexical_weight: the share of coverage in the mix (0..1).
+        lexical_weight: the weight of coverage, times the best candidate's cosine (0..1).
         other_script: the factor on the cosine of a memory whose script differs from the query's.
+        agreement: the weight of coverage × cosine.
     """
 
-    lexical_weight: float = 0.6
+    lexical_weight: float = 0.7
     other_script: float = 0.6
+    agreement: float = 0.5
 
     def relevances(
         self,
@@ -113,7 +127,12 @@ class Fusion:
         readings = [(w, sum(w.values())) for w in weights]
         held = Held({t for w in weights for t in w})
         covered = np.asarray([_coverage(readings, held(d)) for d in documents])
-        fused = self.lexical_weight * covered + (1 - self.lexical_weight) * dense
+        nearest = float(dense.max(initial=0.0))
+        fused = (
+            self.lexical_weight * nearest * covered
+            + (1 - self.lexical_weight) * dense
+            + self.agreement * covered * dense
+        ) / (1 + self.agreement)
         return [float(r) for r in fused]
 
 
