@@ -33,7 +33,14 @@ import uuid
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, TypeGuard
 
-from langchain_core.messages import AIMessage, BaseMessage, InvalidToolCall, ToolCall, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    InvalidToolCall,
+    ToolCall,
+    ToolMessage,
+)
 
 from nodes.kernel.tool_results import invalid_call_result, truncated_result
 
@@ -110,6 +117,10 @@ def requested_calls(message: AIMessage) -> list[ToolCall | InvalidToolCall]:
     """Every call a reply asked for, parseable or not: each needs a result before the next
     message, because the provider formatters send unparseable calls as calls too."""
     return [*message.tool_calls, *message.invalid_tool_calls]
+
+
+def _asks_calls(message: AIMessage) -> bool:
+    return bool(message.tool_calls or message.invalid_tool_calls)
 
 
 def call_ids(messages: Sequence[BaseMessage]) -> set[str]:
@@ -192,6 +203,10 @@ def unique_call_ids(conversation: Sequence[BaseMessage]) -> list[BaseMessage]:
     """For the last reply's calls, in order: the id a result carries, the id it answers."""
     out: list[BaseMessage] = []
     for message in conversation:
+        kind = type(message)
+        if kind is HumanMessage or (kind is AIMessage and not _asks_calls(message)):
+            out.append(message)  # most of a chat: neither asks for a call nor answers one
+            continue
         if isinstance(message, ToolMessage):
             match = next((pair for pair in answering if pair[0] == message.tool_call_id), None)
             if match is not None:
