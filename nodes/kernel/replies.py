@@ -119,7 +119,8 @@ def requested_calls(message: AIMessage) -> list[ToolCall | InvalidToolCall]:
     return [*message.tool_calls, *message.invalid_tool_calls]
 
 
-def _asks_calls(message: AIMessage) -> bool:
+def _asks_calls(message: Any) -> bool:
+    """Whether a reply (of exactly `AIMessage`'s type) asks for a call, parseable or not."""
     return bool(message.tool_calls or message.invalid_tool_calls)
 
 
