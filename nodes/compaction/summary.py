@@ -116,6 +116,14 @@ class LLMCompactor:
         ).strip()
 
 
+class _Counted(weakref.ref):
+    """A message's remembered count: one object per message, which the message's end drops."""
+
+    __slots__ = ("count", "key")
+    key: int
+    count: int
+
+
 class RememberedEstimate:
     """`count_tokens_approximately`, with each message's count remembered while it lives.
 
@@ -127,14 +135,14 @@ class RememberedEstimate:
     """
 
     def __init__(self) -> None:
-        self._known: dict[int, tuple[weakref.ref[BaseMessage], int]] = {}
+        self._known: dict[int, _Counted] = {}
 
     def __call__(self, messages: Sequence[BaseMessage]) -> int:
         total = 0
         for message in messages:
             known = self._known.get(id(message))
-            if known is not None and known[0]() is message:
-                total += known[1]
+            if known is not None and known() is message:
+                total += known.count
             elif isinstance(message, BaseMessage):
                 total += self._remember(message)
             else:  # a message-like value (a tuple, a dict): counted, not kept
@@ -142,17 +150,16 @@ class RememberedEstimate:
         return total
 
     def _remember(self, message: BaseMessage) -> int:
-        count = count_tokens_approximately([message])
-        key = id(message)
+        counted = _Counted(message, self._forget)
+        counted.key, counted.count = id(message), count_tokens_approximately([message])
+        self._known[counted.key] = counted
+        return counted.count
 
-        def forget(ref: weakref.ref[BaseMessage]) -> None:
-            # No lock: this runs inside a collection, wherever one starts. Two threads
-            # racing here can only drop an entry, which is counted again when asked.
-            if (entry := self._known.get(key)) is not None and entry[0] is ref:
-                self._known.pop(key, None)
-
-        self._known[key] = (weakref.ref(message, forget), count)
-        return count
+    def _forget(self, counted: _Counted) -> None:
+        # No lock: this runs inside a collection, wherever one starts. Two threads racing
+        # here can only drop an entry, which is counted again when asked.
+        if self._known.get(counted.key) is counted:
+            self._known.pop(counted.key, None)
 
 
 approximate_tokens = RememberedEstimate()

@@ -75,13 +75,9 @@ def _third_party(name: str) -> Speaker:
 _OWNER = Speaker(_OWNER_KEY, "owner")
 
 
-def _label_of(message: BaseMessage) -> str:
-    return (getattr(message, "name", None) or "").strip()
-
-
 def explicit_speaker(message: BaseMessage) -> Speaker | None:
     """The speaker a message carries itself: persona label or third-party nickname."""
-    name = _label_of(message)
+    name = (getattr(message, "name", None) or "").strip()
     if not name:
         return None
     if isinstance(message, AIMessage):
