@@ -129,7 +129,7 @@ def call_ids(messages: Sequence[BaseMessage]) -> set[str]:
     return {
         call_id
         for m in messages
-        if isinstance(m, AIMessage)
+        if type(m) is not HumanMessage and isinstance(m, AIMessage)  # most are people's words
         for c in requested_calls(m)
         if (call_id := c.get("id"))
     }
