@@ -9,6 +9,7 @@ from langchain_core.messages.utils import count_tokens_approximately
 
 from graph import Compaction, SessionEnv, build_graph, open_checkpointer
 from nodes.boundary.admission import Trusted
+from nodes.compaction import summary
 from nodes.compaction.summary import LLMCompactor, plan_cut
 from nodes.context.summary import SUMMARY_PREFIX
 from nodes.kernel.transcript import turn_start
@@ -63,6 +64,30 @@ def test_compaction_triggers_exactly_when_over_budget():
     assert summary_of(over_budget) is not None
     assert over_budget[-1].content == "最新的问题"
     assert count_tokens_approximately(over_budget) <= exact - 1
+
+
+def test_the_budget_check_counts_a_message_once_and_as_langchain_would(monkeypatch):
+    """The check before every round counts the same window again and again: each message's
+    estimate is remembered, and their sum is LangChain's estimate of the whole list."""
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    messages = [
+        *history(3, nick="小明"),
+        AIMessage("", tool_calls=[call("lookup", "c1", q="天气")], id="c"),
+        ToolMessage("晴", tool_call_id="c1", name="lookup", id="r"),
+        HumanMessage([{"type": "text", "text": "看这张"}, image], id="img"),
+    ]
+    langchain_estimate = summary.count_tokens_approximately
+    counted: list = []
+
+    def counting(batch, **kwargs):
+        counted.extend(batch)
+        return langchain_estimate(batch, **kwargs)
+
+    monkeypatch.setattr(summary, "count_tokens_approximately", counting)
+    estimate = summary.token_counter(ScriptedChatModel(script=[]))
+    assert estimate(messages) == langchain_estimate(messages)
+    assert estimate(messages[2:]) == langchain_estimate(messages[2:])
+    assert len(counted) == len(messages)  # each message counted once, however often asked
 
 
 def test_the_transcript_is_never_shortened():

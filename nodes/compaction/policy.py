@@ -146,8 +146,11 @@ def longest_notes(loop: Loop) -> list[str]:
 
 def refreshed(state: LoopState) -> Summary | None:
     """The unchanged summary, written again when its last write is `SUMMARY_REFRESH_TURNS` old."""
-    summary, turn = state.get("summary"), turn_of(state)
-    if not summary or turn - summary.get("turn", 0) < SUMMARY_REFRESH_TURNS:
+    summary = state.get("summary")
+    if not summary:  # nothing to refresh: no turns to count
+        return None
+    turn = turn_of(state)
+    if turn - summary.get("turn", 0) < SUMMARY_REFRESH_TURNS:
         return None
     return Summary(text=summary["text"], upto=summary["upto"], turn=turn)
 

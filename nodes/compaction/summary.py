@@ -11,6 +11,7 @@ always holds the latest user message and whatever followed it.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -115,11 +116,62 @@ class LLMCompactor:
         ).strip()
 
 
+class _Counted(weakref.ref):
+    """A message's remembered count: one object per message, which the message's end drops."""
+
+    __slots__ = ("count", "key")
+    key: int
+    count: int
+
+
+class RememberedEstimate:
+    """`count_tokens_approximately`, with each message's count remembered while it lives.
+
+    The check before every round counts the whole window, which is the same messages
+    round after round (a loaded transcript keeps its message objects), and the estimate
+    of a list is the sum of its messages' (each rounded up on its own), so a sum of
+    remembered counts is the same number. A message is never changed in place (an edit
+    is a copy under its id), so its count stays true; the entry goes with the message.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[int, _Counted] = {}
+
+    def __call__(self, messages: Sequence[BaseMessage]) -> int:
+        total = 0
+        for message in messages:
+            known = self._known.get(id(message))
+            if known is not None and known() is message:
+                total += known.count
+            elif isinstance(message, BaseMessage):
+                total += self._remember(message)
+            else:  # a message-like value (a tuple, a dict): counted, not kept
+                total += count_tokens_approximately([message])
+        return total
+
+    def _remember(self, message: BaseMessage) -> int:
+        counted = _Counted(message, self._forget)
+        counted.key, counted.count = id(message), count_tokens_approximately([message])
+        self._known[counted.key] = counted
+        return counted.count
+
+    def _forget(self, counted: _Counted) -> None:
+        # No lock: this runs inside a collection, wherever one starts. Two threads racing
+        # here can only drop an entry, which is counted again when asked.
+        if self._known.get(counted.key) is counted:
+            self._known.pop(counted.key, None)
+
+
+approximate_tokens = RememberedEstimate()
+"""LangChain's estimate, each message counted once while it lives."""
+
+
 def token_counter(model: Any) -> TokenCounter:
-    """The model's own counter when its class provides one (and it works offline), else LangChain's estimate."""
+    """The model's own counter when its class provides one (and it works offline), else LangChain's
+    estimate (`approximate_tokens`)."""
     own = getattr(type(model), "get_num_tokens_from_messages", None)
     if own is None or own is BaseChatModel.get_num_tokens_from_messages:
-        return count_tokens_approximately
+        return approximate_tokens
 
     def count(messages: Sequence[BaseMessage]) -> int:
         if all(isinstance(m, SystemMessage) for m in messages):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
@@ -60,19 +61,29 @@ class Speaker:
     name: str = ""
 
 
-def _label_of(message: BaseMessage) -> str:
-    return (getattr(message, "name", None) or "").strip()
+@lru_cache(maxsize=1024)
+def _persona(name: str) -> Speaker:
+    """A persona as a speaker, made once: a view asks for one per message, every round."""
+    return Speaker(_PERSONA_KEY + name, "persona", name)
+
+
+@lru_cache(maxsize=1024)
+def _third_party(name: str) -> Speaker:
+    return Speaker(_THIRD_PARTY_KEY + name, "third_party", name)
+
+
+_OWNER = Speaker(_OWNER_KEY, "owner")
 
 
 def explicit_speaker(message: BaseMessage) -> Speaker | None:
     """The speaker a message carries itself: persona label or third-party nickname."""
-    name = _label_of(message)
+    name = (getattr(message, "name", None) or "").strip()
     if not name:
         return None
     if isinstance(message, AIMessage):
-        return Speaker(_PERSONA_KEY + name, "persona", name)
+        return _persona(name)
     if isinstance(message, HumanMessage):
-        return Speaker(_THIRD_PARTY_KEY + name, "third_party", name)
+        return _third_party(name)
     return None
 
 
@@ -83,9 +94,9 @@ def speaker_of(message: BaseMessage, *, restricted: bool, current: str | None) -
     if not restricted:
         return None
     if isinstance(message, HumanMessage):
-        return Speaker(_OWNER_KEY, "owner")
+        return _OWNER
     if isinstance(message, AIMessage) and current:
-        return Speaker(_PERSONA_KEY + current, "persona", current)
+        return _persona(current)
     return None
 
 

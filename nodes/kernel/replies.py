@@ -33,7 +33,14 @@ import uuid
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, TypeGuard
 
-from langchain_core.messages import AIMessage, BaseMessage, InvalidToolCall, ToolCall, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    InvalidToolCall,
+    ToolCall,
+    ToolMessage,
+)
 
 from nodes.kernel.tool_results import invalid_call_result, truncated_result
 
@@ -112,12 +119,17 @@ def requested_calls(message: AIMessage) -> list[ToolCall | InvalidToolCall]:
     return [*message.tool_calls, *message.invalid_tool_calls]
 
 
+def _asks_calls(message: Any) -> bool:
+    """Whether a reply (of exactly `AIMessage`'s type) asks for a call, parseable or not."""
+    return bool(message.tool_calls or message.invalid_tool_calls)
+
+
 def call_ids(messages: Sequence[BaseMessage]) -> set[str]:
     """The id of every call the messages' replies asked for, parseable or not."""
     return {
         call_id
         for m in messages
-        if isinstance(m, AIMessage)
+        if type(m) is not HumanMessage and isinstance(m, AIMessage)  # most are people's words
         for c in requested_calls(m)
         if (call_id := c.get("id"))
     }
@@ -192,6 +204,10 @@ def unique_call_ids(conversation: Sequence[BaseMessage]) -> list[BaseMessage]:
     """For the last reply's calls, in order: the id a result carries, the id it answers."""
     out: list[BaseMessage] = []
     for message in conversation:
+        kind = type(message)
+        if kind is HumanMessage or (kind is AIMessage and not _asks_calls(message)):
+            out.append(message)  # most of a chat: neither asks for a call nor answers one
+            continue
         if isinstance(message, ToolMessage):
             match = next((pair for pair in answering if pair[0] == message.tool_call_id), None)
             if match is not None:
