@@ -80,13 +80,13 @@ def test_the_transcript_is_never_shortened():
 def test_structural_summary_keeps_who_said_what():
     view, _ = run(history(10, nick="小明", persona=None), 300, env=SessionEnv(actor="group"))
     summary = summary_of(view)
-    assert "- 「小明」：第3个问题" in summary
-    assert "- 「昔涟」（xilian）：第3个回答" in summary, (
+    assert "- 「小明」：第5个问题" in summary
+    assert "- 「昔涟」（xilian）：第5个回答" in summary, (
         "unlabelled replies in a group are the persona's"
     )
     owner_summary = summary_of(run(history(10), 300)[0])
     assert (
-        "- 用户：第3个问题" in owner_summary and "- 「昔涟」（xilian）：第3个回答" in owner_summary
+        "- 用户：第5个问题" in owner_summary and "- 「昔涟」（xilian）：第5个回答" in owner_summary
     )
 
 

@@ -11,6 +11,7 @@ has a strict xfail test stating the behaviour the fix must bring, so it flips
 from __future__ import annotations
 
 import time
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -230,6 +231,16 @@ def test_the_cache_layout_reads_most_of_every_chat_compaction_included(tmp_path,
     0.95 is not reached (each request carries 300-450 tokens no cache can hold, of 2,000-6,000)."""
     share = measure(provider, "cache", chat, tmp_path)
     assert share.compactions >= 1 and share.share >= 0.84
+
+
+@PROVIDERS
+def test_a_compaction_leaves_room_for_many_rounds_at_a_small_budget(tmp_path, provider):
+    """The view is cut back well below the budget, every persona's instructions and a summary
+    at its bound (in the model's own tokens) included, so the next compaction is rounds
+    away; each one changes everything after the cached lead. (It fired every turn.)"""
+    budget = {"openai": 1000, "anthropic": 3000}[provider]
+    turns = measure(provider, "cache", OWNER, tmp_path, budget=budget).compacted_at
+    assert len(turns) >= 2 and min(b - a for a, b in pairwise(turns)) >= 3
 
 
 def test_anthropic_cache_layout_reads_the_cache_in_a_group_chat(tmp_path):
