@@ -62,7 +62,7 @@ and the ones after it pay for the conversation again; a quarter of the budget le
 into keeps the next one rounds away, however large the blocks are (counting the
 conversation alone, as before, a large lead made it fire every round)."""
 SUMMARY_SHARE = 0.25
-"""The share of the budget the summary may take, in the model's own tokens."""
+"""The share of the budget the summary may take."""
 SUMMARY_REFRESH_TURNS = 25
 """Turns after which an unchanged summary is written again. LangGraph finds a
 `DeltaChannel`'s value by walking back to the checkpoint of its last write, so a
@@ -115,24 +115,7 @@ def summarised(
     if not text or not text.strip():
         log.warning("compactor returned nothing; this round goes on uncompacted")
         return None
-    text = within(text.strip(), int(budget * SUMMARY_SHARE), count)
-    return Summary(text=text, upto=str(messages[cut - 1].id), turn=turn_of(state))
-
-
-def within(text: str, bound: int, count: TokenCounter) -> str:
-    """`text`, or its newest lines that fit `bound` in the model's own counter (at least the
-    last line). The structural compactor measures ~4 characters a token, which text in CJK
-    exceeds several times: a summary over its bound would leave no room below `LOW_WATER`,
-    and compaction would fire every round."""
-    size = text_tokens(text, count)
-    if size <= bound:
-        return text
-    room = len(text) * bound / size  # characters, at the text's own characters per token
-    lines = text.splitlines()
-    kept = 1
-    while kept < len(lines) and len("\n".join(lines[-kept - 1 :])) <= room:
-        kept += 1
-    return "\n".join(lines[-kept:])
+    return Summary(text=text.strip(), upto=str(messages[cut - 1].id), turn=turn_of(state))
 
 
 def kept_budget(
