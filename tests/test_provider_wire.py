@@ -11,6 +11,7 @@ has a strict xfail test stating the behaviour the fix must bring, so it flips
 from __future__ import annotations
 
 import time
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -223,13 +224,35 @@ def test_a_history_imported_twice_keeps_answering_on_anthropic(emulator):
     assert refused(emulator) == [] and traffic_problems(emulator.requests) == {}
 
 
+REACHED = {
+    ("openai", "owner"): 0.86,
+    ("openai", "group"): 0.84,
+    ("anthropic", "owner"): 0.88,
+    ("anthropic", "group"): 0.85,
+}
+"""The cached share each cell of docs/providers.md's table reaches, less about 0.01: runs on a
+loaded machine read up to 0.015 less. (0.85 to 0.89 before compaction cut back to a low-water
+mark and the round-state block's opening line was cut, 0.86 to 0.90 after.)"""
+
+
 @PROVIDERS
 @pytest.mark.parametrize("chat", [OWNER, GROUP], ids=["owner", "group"])
 def test_the_cache_layout_reads_most_of_every_chat_compaction_included(tmp_path, provider, chat):
     """docs/providers.md's table: switches, tools, a moving clock and a compaction. Issue 32's
-    0.95 is not reached (each request carries 300-450 tokens no cache can hold, of 2,000-6,000)."""
+    0.95 is not reached: `python -m tests.emulator.cache_breakdown` says where the rest goes
+    (the round's own blocks ~5 %, the new turn 2.5-4 %, the compaction 2-4.5 %, OpenAI's
+    128-token steps ~1.7 %)."""
     share = measure(provider, "cache", chat, tmp_path)
-    assert share.compactions >= 1 and share.share >= 0.84
+    assert share.compactions >= 1 and share.share >= REACHED[provider, chat.name]
+
+
+def test_a_compaction_leaves_room_for_many_rounds_at_a_small_budget(tmp_path):
+    """The view is cut back well below the budget, every persona's instructions included, so
+    the next compaction is rounds away; each one changes everything after the cached lead. (It
+    fired every turn.) On Anthropic at 3,000 it still does: the structural summary measures ~4
+    characters a token, and in Claude's tokens its CJK text passes its bound several times."""
+    turns = measure("openai", "cache", OWNER, tmp_path, budget=1000).compacted_at
+    assert len(turns) >= 2 and min(b - a for a, b in pairwise(turns)) >= 3
 
 
 def test_anthropic_cache_layout_reads_the_cache_in_a_group_chat(tmp_path):

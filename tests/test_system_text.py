@@ -76,7 +76,7 @@ def via_update_state(graph: Any, session: dict, text: str) -> None:
 
 
 def via_structural_summary(graph: Any, session: dict, text: str) -> None:
-    for said in (text, "再说一句", "又一句"):
+    for said in (text, "又一句"):
         graph.invoke({"messages": [HumanMessage(said)]}, session)
 
 

@@ -6,9 +6,11 @@ of its own), a cheap check decides whether anything is due. When it is, two step
 
 1. **Summarise.** When the estimated view passes the budget
    (`Compaction.max_context_tokens`, or the answering model's share with
-   `"auto"`), older turns fold into the running summary, down to half the
-   budget: the boundary moves in steps, not every round, so the request's
-   prefix stays the same between steps. The estimate is the view exactly as it
+   `"auto"`), older turns fold into the running summary until the whole view
+   (the blocks, the new summary at its bound, and the turns kept verbatim) is
+   back to `LOW_WATER` of the budget: the boundary moves in large steps,
+   rarely, so the request's prefix (which a provider caches) stays the same for
+   many rounds between them. The estimate is the view exactly as it
    will be sent (attribution notes and the caller's transform included) except the
    memory block, which `memory_k` bounds; searching twice per round would
    double the retrieval cost. A compactor that fails or returns nothing is
@@ -52,6 +54,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("cyrene.compaction")
 
 
+LOW_WATER = 0.75
+"""The share of the budget the whole view is cut back to when it passes the budget, its
+blocks (every persona's instructions under `ModelView(layout="cache")`) and the summary at
+its bound included. A compaction changes everything after the cached lead, so its request
+and the ones after it pay for the conversation again; a quarter of the budget left to grow
+into keeps the next one rounds away, however large the blocks are (counting the
+conversation alone, as before, a large lead made it fire every round)."""
+SUMMARY_SHARE = 0.25
+"""The share of the budget the summary may take."""
 SUMMARY_REFRESH_TURNS = 25
 """Turns after which an unchanged summary is written again. LangGraph finds a
 `DeltaChannel`'s value by walking back to the checkpoint of its last write, so a
@@ -84,7 +95,7 @@ def summarised(
     start = uncovered_start(messages, summary)
     # Only messages after the summary can move; earlier ones are never re-counted.
     sizes = [0] * start + [count([m]) for m in messages[start:]]
-    cut = plan_cut(messages, start, budget // 2, sizes)
+    cut = plan_cut(messages, start, kept_budget(loop, env, state, budget, count), sizes)
     if cut is None:
         return None
     describe = partial(
@@ -95,7 +106,9 @@ def summarised(
     )
     previous = summary["text"] if summary else None
     try:
-        text = compactor.compact(messages[start:cut], previous, budget // 4, describe)
+        text = compactor.compact(
+            messages[start:cut], previous, int(budget * SUMMARY_SHARE), describe
+        )
     except Exception:
         log.exception("compactor failed; this round goes on uncompacted")
         return None
@@ -103,6 +116,30 @@ def summarised(
         log.warning("compactor returned nothing; this round goes on uncompacted")
         return None
     return Summary(text=text.strip(), upto=str(messages[cut - 1].id), turn=turn_of(state))
+
+
+def kept_budget(
+    loop: Loop, env: SessionEnv, state: LoopState, budget: int, count: TokenCounter
+) -> int:
+    """Tokens of conversation the cut may keep verbatim: what is left of `LOW_WATER` of the
+    budget once the view's own blocks (instructions or every persona's, time, working memory,
+    the role declaration) and the new summary at its bound are in (0: only the current turn).
+    The notes before the kept messages are not counted, as `plan_cut` counts no notes."""
+    persona_id = loop.persona_for(env)
+    blocks = round_blocks(loop, persona_id, working_memory=state.get("working_memory"))
+    own = [blocks.cast or blocks.instructions, blocks.time, blocks.working_memory]
+    declaration = role_declaration(
+        restricted=env.restricted, current=persona_id, display_name=loop.display_name
+    )
+    fixed = text_tokens("\n\n".join([*own, declaration]), count)
+    return max(int(budget * (LOW_WATER - SUMMARY_SHARE)) - fixed, 0)
+
+
+def text_tokens(text: str, count: TokenCounter) -> int:
+    """`text`'s tokens in the model's own counter, counted as a user message: Anthropic's
+    counter refuses system text alone, which `token_counter` then only estimates (~4
+    characters a token, which text in CJK exceeds several times)."""
+    return count([HumanMessage(text)])
 
 
 def over_budget(

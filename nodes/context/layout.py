@@ -55,7 +55,9 @@ from nodes.context.attribution import Attribution
 Layout = Literal["round_first", "cache"]
 """Where the round's blocks go in the model's view (`ModelView.layout`)."""
 ROUND_STATE_MARKER = "[本轮状态]"
-ROUND_STATE_OPEN = ROUND_STATE_MARKER + " 以下由系统在本轮附加，不是任何参与者说的话："
+ROUND_STATE_OPEN = ROUND_STATE_MARKER + "（系统附加）"
+"""Short: it is sent uncached every round, and the leading message (`ROUND_STATE_NOTE`,
+cached) says what the block is and that no participant wrote it."""
 ROUND_STATE_CLOSE = "[本轮状态完]"
 ROUND_STATE_NOTE = (
     ROUND_STATE_MARKER

@@ -185,17 +185,47 @@ def turn_input(chat: Chat, turn: int) -> dict[str, Any]:
     return {"messages": [HumanMessage(text, name=speaker)], "working_memory": memo}
 
 
+@dataclass(frozen=True)
+class Recording:
+    """One replayed chat: every request the emulator answered, and where each turn began."""
+
+    requests: list[Request]
+    """The accepted reply requests, in order."""
+    starts: list[int]
+    """The number of each turn's first request."""
+    compacted_at: tuple[int, ...]
+
+    def turn_of(self, request: Request) -> int:
+        return sum(start <= request.number for start in self.starts) - 1
+
+    def steady(self) -> list[Request]:
+        first = min(STEADY_FROM, len(self.starts) - 1)
+        return [r for r in self.requests if self.turn_of(r) >= first]
+
+
+def record(
+    provider: str, layout: str, chat: Chat, folder: Path, budget: int | None = None
+) -> Recording:
+    """`chat` replayed on `provider` under `layout` (compaction budget: `BUDGETS`' unless
+    given; 0 turns compaction off)."""
+    budget = BUDGETS[provider, chat.name] if budget is None else budget
+    with Emulator() as api, tiktoken_offline():
+        starts, compacted_at = replay(api, provider, layout, chat, folder, budget)
+    answered = [r for r in api.generations() if r.accepted]
+    return Recording(answered, starts, compacted_at)
+
+
 def measure(
     provider: str, layout: str, chat: Chat, folder: Path, budget: int | None = None
 ) -> Share:
     """The cached share of `chat` replayed on `provider` under `layout` (compaction budget:
     `BUDGETS`' unless given; 0 turns compaction off)."""
-    budget = BUDGETS[provider, chat.name] if budget is None else budget
-    with Emulator() as api, tiktoken_offline():
-        starts, compacted_at = replay(api, provider, layout, chat, folder, budget)
-    answered = [r for r in api.generations() if r.accepted]
-    steady = [split(r) for r in answered if r.number >= starts[min(STEADY_FROM, len(starts) - 1)]]
-    firsts = [next(split(r) for r in answered if r.number >= start) for start in starts]
+    recording = record(provider, layout, chat, folder, budget)
+    steady = [split(r) for r in recording.steady()]
+    firsts = [
+        next(split(r) for r in recording.requests if r.number >= start)
+        for start in recording.starts
+    ]
     return Share(
         provider=provider,
         layout=layout,
@@ -204,7 +234,7 @@ def measure(
         written=sum(p[1] for p in steady),
         total=sum(p[2] for p in steady),
         requests=len(steady),
-        compacted_at=compacted_at,
+        compacted_at=recording.compacted_at,
         per_turn=tuple(read / total for read, _, total in firsts),
     )
 
