@@ -30,7 +30,8 @@ import base64
 import os
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
@@ -101,9 +102,21 @@ class KeyRing:
             if create and absent:
                 new = {i: AESGCM.generate_key(256) for i in absent}
                 # Another process sharing the ring may have made one first: its key stands.
-                self._db.executemany("insert or ignore into keys values (?, ?)", new.items())
+                # One transaction for the batch: one sync, not one a key (autocommit).
+                with self._transaction():
+                    self._db.executemany("insert or ignore into keys values (?, ?)", new.items())
                 self._known.update(self._select(absent))
             return {i: self._known[i] for i in ids if i in self._known}
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self._db.execute("begin immediate")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("rollback")
+            raise
+        self._db.execute("commit")
 
     def _select(self, ids: Sequence[str]) -> dict[str, bytes]:
         found: dict[str, bytes] = {}
@@ -118,7 +131,8 @@ class KeyRing:
         with self._lock:
             for record_id in ids:
                 self._known.pop(record_id, None)
-            self._db.executemany("delete from keys where id = ?", [(i,) for i in ids])
+            with self._transaction():
+                self._db.executemany("delete from keys where id = ?", [(i,) for i in ids])
             self._db.execute("pragma wal_checkpoint(truncate)")
 
     def close(self) -> None:
