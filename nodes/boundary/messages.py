@@ -29,7 +29,14 @@ from nodes.kernel.messages import message_text
 from nodes.kernel.replies import usable_call_id
 from nodes.kernel.sanitize import UNNAMED_MEMBER, check_id, display_name
 from nodes.kernel.text import clean_text, is_blank, single_line
-from nodes.kernel.transcript import RESTRICTED, SAID_AT, annotated, annotations_of, said_at
+from nodes.kernel.transcript import (
+    ANNOTATION_KEY,
+    RESTRICTED,
+    SAID_AT,
+    annotated,
+    annotations_of,
+    said_at,
+)
 from nodes.presence.mentions import MENTIONED
 
 
@@ -92,12 +99,13 @@ def admit_message(item: Any, where: str, rules: Rules) -> BaseMessage:
         name = _third_party_name(message.name, rules.restricted)
         if name is None and not rules.unnamed_is_owner:
             name = UNNAMED_MEMBER
-        human = HumanMessage(content, name=name, id=message_id)
         stamps: dict[str, object] = {MENTIONED: True} if rules.mentioned else {}
         if rules.restricted:
             stamps[RESTRICTED] = True  # said in a group or stranger session: never extracted
         stamps.update(date_stamp(message, where, rules))
-        return annotated(human, **stamps) if stamps else human
+        # Built with its annotations at once: `annotated` would copy the new message again.
+        metadata = {ANNOTATION_KEY: stamps} if stamps else {}
+        return HumanMessage(content, name=name, id=message_id, response_metadata=metadata)
     if rules.trusted and isinstance(message, SystemMessage):
         text = admit_content(message.content, where, max_image_bytes=None)
         return SystemMessage(text, id=message_id)

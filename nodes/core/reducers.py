@@ -11,6 +11,7 @@ message types: LangGraph's `add_messages` is loaded on the path that needs it
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any, TypeVar, cast
 
 from langchain_core.messages import BaseMessage, BaseMessageChunk, HumanMessage, RemoveMessage
@@ -121,6 +122,9 @@ def by_id(message: Any) -> bool:
     return whole_message(message)
 
 
+_ID = attrgetter("id")
+
+
 def only_new_messages(current: Sequence[BaseMessage], batch: Sequence[Any]) -> bool:
     """Every write is a whole message (no chunk, removal or dict) with an id that neither
     the transcript nor an earlier write holds: `add_messages` would only append."""
@@ -132,7 +136,7 @@ def only_new_messages(current: Sequence[BaseMessage], batch: Sequence[Any]) -> b
         if not message.id or message.id in ids:
             return False
         ids.add(message.id)
-    return ids.isdisjoint([m.id for m in current])
+    return ids.isdisjoint(map(_ID, current))  # no list: it runs every step and load
 
 
 def kept_apart(current: Sequence[BaseMessage], batch: list[Any]) -> list[Any]:
