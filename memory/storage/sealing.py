@@ -30,13 +30,14 @@ import base64
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from memory.storage.transactions import immediate_transaction
 
 KEYS_FILE = "cyrene_keys.sqlite3"
 SEALED = "cyrene:sealed:v1:"
@@ -103,20 +104,10 @@ class KeyRing:
                 new = {i: AESGCM.generate_key(256) for i in absent}
                 # Another process sharing the ring may have made one first: its key stands.
                 # One transaction for the batch: one sync, not one a key (autocommit).
-                with self._transaction():
+                with immediate_transaction(self._db):
                     self._db.executemany("insert or ignore into keys values (?, ?)", new.items())
                 self._known.update(self._select(absent))
             return {i: self._known[i] for i in ids if i in self._known}
-
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        self._db.execute("begin immediate")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("rollback")
-            raise
-        self._db.execute("commit")
 
     def _select(self, ids: Sequence[str]) -> dict[str, bytes]:
         found: dict[str, bytes] = {}
@@ -131,7 +122,7 @@ class KeyRing:
         with self._lock:
             for record_id in ids:
                 self._known.pop(record_id, None)
-            with self._transaction():
+            with immediate_transaction(self._db):
                 self._db.executemany("delete from keys where id = ?", [(i,) for i in ids])
             self._db.execute("pragma wal_checkpoint(truncate)")
 

@@ -47,13 +47,14 @@ import math
 import sqlite3
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from memory.storage.erasure import LEDGER_FILE
+from memory.storage.transactions import immediate_transaction
 from nodes.kernel.lease import Holder, holder_alive
 
 log = logging.getLogger("cyrene.memory")
@@ -146,16 +147,8 @@ class SqliteExtractionLedger:
             self._put(records)
             self._db.executemany("delete from plans where key = ?", [(k,) for k in records])
 
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        """One transaction that holds the database's write lock from its first read on."""
-        self._db.execute("begin immediate")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("rollback")
-            raise
-        self._db.execute("commit")
+    def _transaction(self) -> AbstractContextManager[None]:
+        return immediate_transaction(self._db)
 
     def _select(self, keys: list[str]) -> dict[str, Record]:
         found: dict[str, Record] = {}

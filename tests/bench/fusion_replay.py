@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memory import Fusion, MemoryItem, MemoryStore, MultilingualEmbedding, Scope
+from memory import Fusion, MemoryItem, MemoryStore, MultilingualEmbedding
 from memory.retrieval import search
 from memory.retrieval.lexical import terms
 from memory.retrieval.perspective import query_vector, readings
 from memory.retrieval.ranking import MIN_RELEVANCE, Decay, rank
 from nodes.kernel.text import clean_text
 from tests.bench import memory as bench_memory
-from tests.bench.locomo import DATA_ENV, load_locomo, locomo_path
+from tests.bench.locomo import DATA_ENV, load_locomo, locomo_path, remember_corpus
 
 DEPTH = 10  # the benches' deepest rank (R@10, MRR@10)
 CACHE = Path.home() / ".cache" / "cyrene-bench"
@@ -120,14 +120,7 @@ def capture_locomo(path: Path) -> list[Captured]:
             tempfile.TemporaryDirectory() as folder,
             MemoryStore.open(folder, clock=lambda c=corpus: c.now) as store,
         ):
-            items = [
-                MemoryItem(content=m.text, kind="note", scope=Scope.USER, created_at=m.created_at)
-                for m in corpus.memories
-            ]
-            ids: dict[str, list[str]] = {}
-            for memory, item in zip(corpus.memories, items, strict=True):
-                ids.setdefault(item.content, []).append(memory.id)
-            store.add_many(items)
+            ids = remember_corpus(store, corpus)
             asked = [(q.text, q.answers, q.group) for q in corpus.questions]
             captured.append(
                 Captured(corpus.name, corpus.now, _capture(store, asked, None, True), ids)

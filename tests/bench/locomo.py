@@ -363,21 +363,12 @@ def store_rank_function(options: Mapping[str, Any] | None = None) -> RankFunctio
         options: `MemoryStore.open` options (`embedding_function`, `fusion`, `decay`, ...);
             the default store when None. The store's clock is the corpus's `now`.
     """
-    from memory import MemoryItem, MemoryStore, Scope
+    from memory import MemoryStore
 
     def index(corpus: Corpus) -> Search:
         folder = tempfile.TemporaryDirectory(prefix="cyrene-locomo-")
         store = MemoryStore.open(folder.name, clock=lambda: corpus.now, **(options or {}))
-        items = [
-            MemoryItem(content=m.text, kind="note", scope=Scope.USER, created_at=m.created_at)
-            for m in corpus.memories
-        ]
-        # By the stored text: an item's text is cleaned (`nodes.kernel.text.clean_text`), and
-        # looking hits up by the turn's raw text lost every turn the cleaning changed.
-        ids: dict[str, list[str]] = {}
-        for memory, item in zip(corpus.memories, items, strict=True):
-            ids.setdefault(item.content, []).append(memory.id)
-        store.add_many(items)
+        ids = remember_corpus(store, corpus)
 
         class StoreSearch:
             def __call__(self, question: str, k: int) -> list[str]:
@@ -391,6 +382,25 @@ def store_rank_function(options: Mapping[str, Any] | None = None) -> RankFunctio
         return StoreSearch()
 
     return index
+
+
+def remember_corpus(store: Any, corpus: Corpus) -> dict[str, list[str]]:
+    """Add a corpus's turns to `store` as user-scope notes; the turn ids of each stored text.
+
+    By the stored text: an item's text is cleaned (`nodes.kernel.text.clean_text`), and
+    looking hits up by the turn's raw text lost every turn the cleaning changed.
+    """
+    from memory import MemoryItem, Scope
+
+    items = [
+        MemoryItem(content=m.text, kind="note", scope=Scope.USER, created_at=m.created_at)
+        for m in corpus.memories
+    ]
+    ids: dict[str, list[str]] = {}
+    for memory, item in zip(corpus.memories, items, strict=True):
+        ids.setdefault(item.content, []).append(memory.id)
+    store.add_many(items)
+    return ids
 
 
 # -- command line ----------------------------------------------------------------------------
