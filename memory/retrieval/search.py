@@ -180,9 +180,14 @@ class Search:
                 # Candidates are mostly one memory each: read the k best and all that age
                 # could lift among them in one round, not a second one for the latter.
                 end = below(k, relevances[order[k - 1]] - reach)
-            batch = order[done:end]
+            pairs = self._memories(found, order[done:end], reader, restricted)
+            if not done and end > k:
+                # Taken as two rounds would have taken them: `rank` keeps equal scores in
+                # this order.
+                lead = set(order[:k])
+                pairs.sort(key=lambda pair: pair[0] not in lead)
             done = end
-            for n, item in self._memories(found, batch, reader, restricted):
+            for n, item in pairs:
                 relevance = relevances[n]
                 key = item_key(item)
                 if key not in best or relevance > best[key][1]:
