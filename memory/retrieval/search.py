@@ -161,33 +161,19 @@ class Search:
         reach = decay.reach * (relevances[order[0]] if order else 0.0)
         best: dict[str, tuple[MemoryItem, float]] = {}
         done = 0
-
-        def below(start: int, bound: float) -> int:
-            """The first position from `start` on whose relevance is under `bound`."""
-            return next(
-                (n for n in range(start, len(order)) if relevances[order[n]] < bound),
-                len(order),
-            )
-
         while done < len(order):
             end = done + k - len(best)
             if len(best) >= k:
                 kth = sorted((r for _, r in best.values()), reverse=True)[k - 1]
-                end = below(done, kth - reach)
+                end = next(
+                    (n for n in range(done, len(order)) if relevances[order[n]] < kth - reach),
+                    len(order),
+                )
                 if end == done:
                     break
-            elif not done and len(order) > k:
-                # Candidates are mostly one memory each: read the k best and all that age
-                # could lift among them in one round, not a second one for the latter.
-                end = below(k, relevances[order[k - 1]] - reach)
-            pairs = self._memories(found, order[done:end], reader, restricted)
-            if not done and end > k:
-                # Taken as two rounds would have taken them: `rank` keeps equal scores in
-                # this order.
-                lead = set(order[:k])
-                pairs.sort(key=lambda pair: pair[0] not in lead)
+            batch = order[done:end]
             done = end
-            for n, item in pairs:
+            for n, item in self._memories(found, batch, reader, restricted):
                 relevance = relevances[n]
                 key = item_key(item)
                 if key not in best or relevance > best[key][1]:
