@@ -116,9 +116,16 @@ class Search:
             return []
         reader = clean_text(persona_id) if persona_id else None
         asked = readings(clean_text(query), owner=not restricted)
+        collections = {_bucket(c): c for c in self._readable(reader, restricted)}
+        n = max(k * 2, _POOL)
+        # The lexical side needs no vector: it searches on the pool while the query is embedded.
+        lexical = (
+            self._bucket_pool.submit(self._lexical_side, asked, collections, n)
+            if fusion.lexical_weight
+            else None
+        )
         vector = query_vector(self.embedding_function.embed_query, asked)
-        lexical = bool(fusion.lexical_weight)
-        found = self._candidates(asked, vector, reader, restricted, max(k * 2, _POOL), lexical)
+        found = self._candidates(collections, vector, lexical.result() if lexical else {}, n)
         relevances = fusion.relevances(
             asked,
             [c.text for c in found],
@@ -231,33 +238,28 @@ class Search:
         """The embedding cosine of `text` with each of `others`."""
         return cosines(self.embedding_function, text, others)
 
+    def _lexical_side(
+        self, asked: Sequence[str], collections: dict[str, Collection], n: int
+    ) -> dict[str, builtins.list[str]]:
+        """The `n` best records by BM25 among these buckets alone: bucket → ids, best first."""
+        if self._others_may_write():
+            for bucket, collection in collections.items():
+                self._lexical.follow(bucket, collection, self._documents)
+        return self._lexical.search(asked, builtins.list(collections), n)
+
     def _candidates(
         self,
-        asked: Sequence[str],
+        collections: dict[str, Collection],
         vector: Any,
-        reader: str | None,
-        restricted: bool,
+        lexical: dict[str, builtins.list[str]],
         n: int,
-        lexical_side: bool,
     ) -> builtins.list[Candidate]:
-        """The `n` nearest records of each bucket the reader may read and (`lexical_side`)
-        the `n` best by BM25 among those buckets alone, with their words and distances
-        (`memory.retrieval.candidates`)."""
-        collections = {_bucket(c): c for c in self._readable(reader, restricted)}
-        # The embedding's side runs on the pool while the lexical index searches here.
-        dense = {
-            bucket: self._bucket_pool.submit(nearest_distances, collection, vector, n)
-            for bucket, collection in collections.items()
-        }
-        lexical: dict[str, builtins.list[str]] = {}
-        if lexical_side:
-            if self._others_may_write():
-                for bucket, collection in collections.items():
-                    self._lexical.follow(bucket, collection, self._documents)
-            lexical = self._lexical.search(asked, builtins.list(collections), n)
+        """The `n` nearest records of each of these buckets and the lexical side's best
+        (`_lexical_side`), with their words and distances (`memory.retrieval.candidates`).
+        Each bucket's two Chroma calls run in one task on the pool: one hand-off a bucket."""
 
         def distances(bucket: str) -> dict[str, float]:
-            near = dense[bucket].result()
+            near = nearest_distances(collections[bucket], vector, n)
             more = [i for i in lexical.get(bucket, ()) if i not in near]
             if more:
                 near = {**near, **stored_distances(collections[bucket], more, vector)}
