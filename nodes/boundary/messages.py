@@ -30,10 +30,10 @@ from nodes.kernel.replies import usable_call_id
 from nodes.kernel.sanitize import UNNAMED_MEMBER, check_id, display_name
 from nodes.kernel.text import clean_text, is_blank, single_line
 from nodes.kernel.transcript import (
-    ANNOTATION_KEY,
     RESTRICTED,
     SAID_AT,
     annotated,
+    annotation_metadata,
     annotations_of,
     said_at,
 )
@@ -103,8 +103,7 @@ def admit_message(item: Any, where: str, rules: Rules) -> BaseMessage:
         if rules.restricted:
             stamps[RESTRICTED] = True  # said in a group or stranger session: never extracted
         stamps.update(date_stamp(message, where, rules))
-        # Built with its annotations at once: `annotated` would copy the new message again.
-        metadata = {ANNOTATION_KEY: stamps} if stamps else {}
+        metadata = annotation_metadata(**stamps)
         return HumanMessage(content, name=name, id=message_id, response_metadata=metadata)
     if rules.trusted and isinstance(message, SystemMessage):
         text = admit_content(message.content, where, max_image_bytes=None)

@@ -32,6 +32,12 @@ def annotations_of(message: BaseMessage) -> dict[str, Any]:
     return message.response_metadata.get(ANNOTATION_KEY) or {}
 
 
+def annotation_metadata(**fields: object) -> dict[str, Any]:
+    """The `response_metadata` of a new message annotated with `fields` (built with them at
+    once, where `annotated` would copy the message)."""
+    return {ANNOTATION_KEY: fields} if fields else {}
+
+
 def annotated(message: MessageT, **fields: object) -> MessageT:
     """A copy of the message with `fields` merged into its annotations."""
     meta = message.response_metadata
