@@ -130,10 +130,7 @@ def only_new_messages(current: Sequence[BaseMessage], batch: Sequence[Any]) -> b
     the transcript nor an earlier write holds: `add_messages` would only append."""
     ids = set()
     for message in batch:
-        whole = _WHOLE_KINDS.get(type(message))  # `whole_message`, inlined: a load folds many
-        if not (_whole_kind(type(message)) if whole is None else whole):
-            return False
-        if not message.id or message.id in ids:
+        if not whole_message(message) or message.id in ids:
             return False
         ids.add(message.id)
     return ids.isdisjoint(map(_ID, current))  # no list: it runs every step and load

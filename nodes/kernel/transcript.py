@@ -47,9 +47,7 @@ def annotated(message: MessageT, **fields: object) -> MessageT:
 
 def is_hidden(message: BaseMessage) -> bool:
     """Messages a guard blocked stay in the transcript but never reach the model."""
-    # `annotations_of`, inlined: every round asks it of every message in the window.
-    annotations = message.response_metadata.get(ANNOTATION_KEY)
-    return bool(annotations and annotations.get("hidden"))
+    return bool(annotations_of(message).get("hidden"))
 
 
 RESTRICTED = "restricted"
