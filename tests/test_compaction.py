@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -214,3 +215,31 @@ def test_plan_cut_never_splits_a_tool_call_from_its_results(case):
             if not isinstance(messages[i], ToolMessage)
         ]
         assert later == [], "an over-budget tail means no later legal cut exists"
+
+
+class CharCountingModel(ScriptedChatModel):
+    """Counts a token per character, as Claude's counter does for Chinese text (LangChain's
+    estimate counts four characters a token)."""
+
+    def get_num_tokens_from_messages(self, messages, tools=None) -> int:
+        return sum(len(str(m.content)) for m in messages)
+
+
+def test_a_structural_summary_fits_its_share_under_a_counter_that_counts_cjk_as_tokens():
+    """A summary over its share leaves the view over budget after compaction, so every
+    later turn compacts again (and no request reuses the provider's cached prefix)."""
+    model = CharCountingModel(
+        script=[AIMessage(f"好的，第{i}句我听到了，" + "嗯" * 12) for i in range(24)]
+    )
+    covered = []
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(
+            make_config(model, features=[Compaction(max_context_tokens=900)]), saver
+        )
+        for i in range(24):
+            said = HumanMessage(f"第{i}句：" + "今天的事情" * 5)
+            values = graph.invoke({"messages": [said]}, thread("cjk"))
+            covered.append((values.get("summary") or {}).get("upto"))
+    compacting_turns = [i for i in range(1, 24) if covered[i] != covered[i - 1]]
+    assert compacting_turns, "the budget is small enough that compaction fires"
+    assert all(b - a > 1 for a, b in pairwise(compacting_turns)), compacting_turns

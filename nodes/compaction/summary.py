@@ -11,6 +11,7 @@ always holds the latest user message and whatever followed it.
 from __future__ import annotations
 
 import logging
+import re
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -55,6 +56,20 @@ def plan_cut(
     return best
 
 
+_WIDE = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
+"""CJK ideographs, kana, hangul and full-width forms."""
+
+
+def line_tokens(line: str) -> float:
+    """A summary line's tokens (and its newline), counted high enough for any provider: a
+    CJK character is a token or more in every tokenizer (Claude's counter gives each its
+    own), the rest four characters a token (`count_tokens_approximately`'s rate). Counted
+    at LangChain's rate alone, a Chinese summary passes its share of the budget, the view
+    stays over it after compaction, and every later round compacts again."""
+    wide = len(_WIDE.findall(line))
+    return wide + (len(line) + 1 - wide) / CHARS_PER_TOKEN
+
+
 @dataclass
 class StructuralCompactor:
     """No model call: the first line of each older message, with its speaker, newest kept."""
@@ -74,10 +89,10 @@ class StructuralCompactor:
             else:
                 continue
             lines.append("- " + first[: self.line_chars])
-        # Keep the newest lines that fit, measured as count_tokens_approximately does.
-        room, kept = budget * CHARS_PER_TOKEN, 0
+        # Keep the newest lines that fit.
+        room, kept = float(budget), 0
         for line in reversed(lines):
-            room -= len(line) + 1
+            room -= line_tokens(line)
             if room < 0 and kept:
                 break
             kept += 1
