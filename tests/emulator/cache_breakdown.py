@@ -2,6 +2,7 @@
 
     python -m tests.emulator.cache_breakdown            # one table per cell, "cache" layout
     python -m tests.emulator.cache_breakdown -v         # and a line per steady request
+    python -m tests.emulator.cache_breakdown --ceiling  # the same chats, the round's blocks dropped
 
 Each steady request's input tokens that the provider did not read from its cache
 are put in one of these kinds:
@@ -19,6 +20,11 @@ are put in one of these kinds:
 A persona switch shows as a kind of request, not of token: under `"cache"` it changes
 only the round's own blocks.
 
+`--ceiling` replays the chats with a `ModelView.transform` that drops the round's own
+blocks from every request (no time, working memory, memories or who answers): what any
+placement of those blocks could reach at most, with the conversation, its compactions and
+the providers' cache rules as they are.
+
 Token counts are the emulator's (`tests.emulator.tokens`), the same that bill the share.
 """
 
@@ -31,7 +37,9 @@ from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 
-from nodes.context.layout import ROUND_STATE_OPEN
+from langchain_core.messages import BaseMessage, SystemMessage
+
+from nodes.context.layout import ROUND_STATE_OPEN, is_round_state
 from tests.emulator.anthropic_api import units as anthropic_units
 from tests.emulator.anthropic_rules import blocks_of
 from tests.emulator.cache_share import GROUP, OWNER, Chat, Recording, record, split
@@ -129,14 +137,26 @@ def report(totals: Counter[str]) -> str:
     return f"read {totals['read'] / total:.3f} | uncached: {shares} | tokens {total}"
 
 
+def without_round_blocks(view: list[BaseMessage], round_: int) -> list[BaseMessage]:
+    """`view` minus the round's own blocks: the round-state message (`leading`), or the
+    system messages after the conversation (`inline`)."""
+    if view and is_round_state(view[-1]):
+        return view[:-1]
+    end = len(view)
+    while end and isinstance(view[end - 1], SystemMessage):
+        end -= 1
+    return view[:end]
+
+
 def main() -> None:
     verbose = "-v" in sys.argv[1:]
     layout = "round_first" if "round_first" in sys.argv[1:] else "cache"
+    transform = without_round_blocks if "--ceiling" in sys.argv[1:] else None
     with tempfile.TemporaryDirectory() as tmp:
         for provider in ("openai", "anthropic"):
             for chat in (OWNER, GROUP):
                 folder = Path(tmp) / f"{provider}-{chat.name}"
-                recording = record(provider, layout, chat, folder)
+                recording = record(provider, layout, chat, folder, transform=transform)
                 totals, lines = breakdown(recording, chat)
                 turns = ", ".join(str(t + 1) for t in recording.compacted_at) or "none"
                 print(f"{provider} {layout} {chat.name} (compacted at {turns}): {report(totals)}")

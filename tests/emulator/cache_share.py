@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from graph import (
     Compaction,
@@ -53,6 +53,7 @@ from tests.emulator.server import Emulator
 from tests.emulator.wire import Request
 
 Clock = Callable[[], datetime]
+Transform = Callable[[list[BaseMessage], int], list[BaseMessage]]
 STEADY_FROM = 5
 """The first steady turn's index (turn 6)."""
 AGLAEA = INSTRUCTIONS.replace("昔涟", "阿格莱雅").replace("温柔、好奇", "沉静、克制")
@@ -138,7 +139,13 @@ def split(request: Request) -> tuple[int, int, int]:
 
 
 def replay(
-    api: Emulator, provider: str, layout: str, chat: Chat, folder: Path, budget: int
+    api: Emulator,
+    provider: str,
+    layout: str,
+    chat: Chat,
+    folder: Path,
+    budget: int,
+    transform: Transform | None = None,
 ) -> tuple[list[int], tuple[int, ...]]:
     """Run `chat` against `api`: (the number of each turn's first request, the turns that
     compacted)."""
@@ -146,7 +153,7 @@ def replay(
     starts, covered = [], [None]  # covered: what each turn's summary covers, None before one
     with MemoryStore.open(folder, HashingEmbedding()) as store:
         store.add_many([MemoryItem(content=t, kind=k, scope=Scope.USER) for t, k in MEMORIES])
-        config = companion(client(api, provider), store, layout, budget, lambda: now[0])
+        config = companion(client(api, provider), store, layout, budget, lambda: now[0], transform)
         thread = {"configurable": {"thread_id": chat.name}}
         with open_checkpointer("memory") as saver:
             graph = build_graph(config, saver)
@@ -160,10 +167,16 @@ def replay(
 
 
 def companion(
-    model: BaseChatModel, store: MemoryStore, layout: str, budget: int, clock: Clock
+    model: BaseChatModel,
+    store: MemoryStore,
+    layout: str,
+    budget: int,
+    clock: Clock,
+    transform: Transform | None = None,
 ) -> LoopConfig:
     """The bench's companion on `model`: two personas, the weather tool (groups may use it),
-    memories, a time zone, and the clock the replay moves."""
+    memories, a time zone, and the clock the replay moves (`transform`: the view's, as
+    `ModelView.transform`)."""
     return LoopConfig(
         model=model,
         personas=PERSONAS,
@@ -173,7 +186,10 @@ def companion(
         memory=store,
         timezone="Asia/Shanghai",
         clock=clock,
-        features=[ModelView(layout=layout), Compaction(max_context_tokens=budget)],
+        features=[
+            ModelView(layout=layout, transform=transform),
+            Compaction(max_context_tokens=budget),
+        ],
     )
 
 
@@ -204,13 +220,18 @@ class Recording:
 
 
 def record(
-    provider: str, layout: str, chat: Chat, folder: Path, budget: int | None = None
+    provider: str,
+    layout: str,
+    chat: Chat,
+    folder: Path,
+    budget: int | None = None,
+    transform: Transform | None = None,
 ) -> Recording:
     """`chat` replayed on `provider` under `layout` (compaction budget: `BUDGETS`' unless
-    given; 0 turns compaction off)."""
+    given; 0 turns compaction off; `transform`: the view's)."""
     budget = BUDGETS[provider, chat.name] if budget is None else budget
     with Emulator() as api, tiktoken_offline():
-        starts, compacted_at = replay(api, provider, layout, chat, folder, budget)
+        starts, compacted_at = replay(api, provider, layout, chat, folder, budget, transform)
     answered = [r for r in api.generations() if r.accepted]
     return Recording(answered, starts, compacted_at)
 
