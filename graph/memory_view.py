@@ -14,7 +14,11 @@ An item's key is the memory's id and its value the memory's fields (`content`, `
 (`MemoryStore.search`) within the namespaces asked; without one it lists them, newest
 first. The view reads as its reader may (`MemoryStore.readable_buckets`): a persona reads
 its own bucket and the shared ones, a restricted view only the shared ones, and a view
-with no reader every bucket (the owner's, for Studio). Writes go through the store's own
+with no reader every bucket (the owner's, for Studio). Read inside a turn of the loop (a
+tool, a middleware, a node of the caller's), it reads no more than that turn's session may:
+a group's or a stranger's turn the shared buckets only, an owner's turn its persona's and the
+shared ones, whatever reader the view was built with, since one view is compiled into a graph
+that serves every session (`session_reader`). Writes go through the store's own
 API (`add`, `supersede`, `forget`), which keeps history, aliases, the lexical index and
 erasure right: `put` and `delete` raise `MemoryStoreError`.
 """
@@ -26,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from langgraph.config import get_config
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -42,6 +47,9 @@ from langgraph.store.base import (
 from memory.errors import MemoryStoreError
 from memory.items import MemoryItem, Scope
 from memory.store import MemoryStore
+from nodes.core.env import SessionEnv
+from nodes.core.loop import TRACE_PERSONA
+from nodes.kernel.compat import parent_context
 
 ROOT = "memories"
 _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
@@ -52,6 +60,21 @@ _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
     "$lt": operator.lt,
     "$lte": operator.le,
 }
+
+
+def session_reader() -> tuple[str | None, bool] | None:
+    """(persona, restricted) of the loop's turn this code runs in, None outside one: its
+    bound `SessionEnv` (the run's context) and the persona it answers as (the run's
+    metadata, which the graph writes after binding the run: `nodes.core.loop.TRACE_PERSONA`)."""
+    try:
+        config = get_config()
+    except RuntimeError:  # not inside a runnable
+        return None
+    env = parent_context(config)
+    if not isinstance(env, SessionEnv):
+        return None
+    persona = (config.get("metadata") or {}).get(TRACE_PERSONA) or env.persona_id
+    return persona, env.restricted
 
 
 def namespace_of(item: MemoryItem) -> tuple[str, ...]:
@@ -83,6 +106,22 @@ class MemoryStoreView(BaseStore):
         self.restricted = restricted
 
     # -- what the reader sees ------------------------------------------------
+    def _as_read_here(self) -> MemoryStoreView:
+        """This view, narrowed to what the turn it is read in may read (`session_reader`):
+        a session of another persona than the view's, or a restricted one, reads the shared
+        buckets only."""
+        session = session_reader()
+        if session is None:
+            return self
+        persona, restricted = session
+        if self.persona_id is not None and persona != self.persona_id:
+            restricted = True
+        if (persona, restricted) == (self.persona_id, self.restricted):
+            return self
+        return MemoryStoreView(
+            self.store, persona_id=persona, restricted=restricted or self.restricted
+        )
+
     def _readable(self, item: MemoryItem) -> bool:
         if item.scope is not Scope.PERSONA:
             return True
@@ -122,7 +161,8 @@ class MemoryStoreView(BaseStore):
                 "the memories' LangGraph store is read-only: write through MemoryStore's "
                 "API (add, supersede, forget), which keeps history, aliases and erasure"
             )
-        return [self._run(op) for op in ops]
+        view = self._as_read_here()
+        return [view._run(op) for op in ops]
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return self.batch(ops)

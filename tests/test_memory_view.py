@@ -14,7 +14,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolRuntime
 from langgraph.runtime import Runtime
 
-from graph import MemoryStoreView, build_graph
+from graph import MemoryStoreView, SessionEnv, build_graph
 from memory import MemoryItem, MemoryStore, MemoryStoreError, Scope
 from tests.conftest import human, make_config, owner, thread
 from tests.scripted import ScriptedChatModel, call, tool_calls
@@ -163,3 +163,38 @@ async def test_studio_s_store_view_shows_the_demo_s_memories_read_only(tmp_path)
     finally:
         server.stop()
     assert "read-only" in server.log.read_text(), "the server logs why"
+
+
+@pytest.mark.parametrize("built_for", [{}, {"persona_id": "xilian"}])
+@pytest.mark.parametrize("actor", ["group", "stranger", "owner"])
+def test_inside_a_turn_the_view_reads_no_more_than_that_session_may(store, actor, built_for):
+    """A tool a group member can steer (it is in `restricted_tools`) reads `runtime.store`:
+    in a group's or a stranger's turn it finds shared memories only, and in an owner's turn
+    with a persona, that persona's and the shared ones, however the view was built."""
+    view = MemoryStoreView(store, **built_for)
+    seen: list[str] = []
+
+    @tool
+    def lookup(runtime: ToolRuntime) -> str:
+        """Look the owner up."""
+        for namespace in runtime.store.list_namespaces(prefix=("memories",)):
+            seen.extend(i.value["content"] for i in runtime.store.search(namespace, limit=50))
+        seen.extend(h.value["content"] for h in runtime.store.search(("memories",), query="主人"))
+        private = store.list(scope=Scope.PERSONA, persona_id="xilian")[0]
+        if (
+            got := runtime.store.get(("memories", "persona", "xilian"), str(private.id))
+        ) is not None:
+            seen.append(got.value["content"])
+        return "ok"
+
+    model = ScriptedChatModel(script=[tool_calls(call("lookup", "c1")), AIMessage("好")])
+    config = make_config(model, memory=store, tools=[lookup], restricted_tools={"lookup"})
+    graph = build_graph(config, store=view)
+    context = owner("aglaea") if actor == "owner" else SessionEnv(actor=actor)
+    graph.invoke({"messages": [human("查一下")]}, thread(f"{actor}-view"), context=context)
+    assert seen, "the tool ran and read the view"
+    assert PRIVATE not in seen, "xilian's memory reached another session's tool"
+    assert (OTHER in seen) == (actor == "owner" and not built_for), seen
+    assert HABIT in seen
+    outside = view.search(("memories", "persona", "xilian"))
+    assert contents(outside) == [PRIVATE], "outside a turn the view reads as it was built"
