@@ -4,7 +4,6 @@ every quiet message heard by the next answer, with its speaker."""
 from __future__ import annotations
 
 import importlib
-import re
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
@@ -302,11 +301,9 @@ def test_quiet_messages_past_the_budget_reach_the_answer_folded_with_their_speak
         say(graph, "g", "昔涟，会议纪要在哪？", "小明")
     [request] = model.requests
     summary = next(text for kind, text in request.texts if SUMMARY_PREFIX in text)
-    # The summary keeps the newest folded lines its share of the budget holds (a quarter,
-    # CJK characters a token each), each under the speaker who said it.
-    folded = re.findall(r"- 「(成员\d)」：第(\d+)条", summary)
-    assert folded, "folded quiet messages are in the summary, by speaker"
-    assert all(who == f"成员{int(n) % 3}" for who, n in folded), summary
+    assert "- 「成员0」：第0条" in summary, (
+        "the earliest quiet message is in the summary, by speaker"
+    )
     humans = [text for kind, text in request.texts if kind == "human"]
     assert 1 < len(humans) < 13, "the latest quiet messages stay whole; the rest is folded"
     assert humans[-2:] == [

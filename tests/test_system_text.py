@@ -76,9 +76,7 @@ def via_update_state(graph: Any, session: dict, text: str) -> None:
 
 
 def via_structural_summary(graph: Any, session: dict, text: str) -> None:
-    # The second message is long: it pushes the first turn out of a budget whose summary
-    # share (a quarter) holds that turn's two lines.
-    for said in (text, "又一句" + "。" * 600):
+    for said in (text, "又一句"):
         graph.invoke({"messages": [HumanMessage(said)]}, session)
 
 
@@ -100,7 +98,7 @@ def via_display_name(graph: Any, session: dict, text: str) -> None:
 FIELDS: dict[str, tuple[Field, list[Feature]]] = {
     "working memory": (via_working_memory, []),
     "working memory by update_state": (via_update_state, []),
-    "summary, structural": (via_structural_summary, [Compaction(max_context_tokens=160)]),
+    "summary, structural": (via_structural_summary, [Compaction(max_context_tokens=40)]),
     "summary, Trusted": (via_trusted_summary, []),
     "display name": (via_display_name, []),
 }

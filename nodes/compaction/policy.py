@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
@@ -33,7 +34,14 @@ from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage, Sy
 from langchain_core.runnables import RunnableConfig
 
 from nodes.compaction.settings import Compaction, Compactor
-from nodes.compaction.summary import StructuralCompactor, TokenCounter, plan_cut, token_counter
+from nodes.compaction.summary import (
+    CHARS_PER_TOKEN,
+    StructuralCompactor,
+    TokenCounter,
+    approximate_tokens,
+    plan_cut,
+    token_counter,
+)
 from nodes.context.assemble import round_blocks, view_blocks, view_of_state, visible_conversation
 from nodes.context.attribution import Speaker, describe_speaker, role_declaration, speaker_note
 from nodes.context.layout import system_messages
@@ -105,6 +113,8 @@ def summarised(
         display_name=loop.display_name,
     )
     previous = summary["text"] if summary else None
+    if count is approximate_tokens and isinstance(compactor, StructuralCompactor):
+        compactor = replace(compactor, wide_tokens=1 / CHARS_PER_TOKEN)  # the budget's units
     try:
         text = compactor.compact(
             messages[start:cut], previous, int(budget * SUMMARY_SHARE), describe

@@ -60,21 +60,23 @@ _WIDE = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
 """CJK ideographs, kana, hangul and full-width forms."""
 
 
-def line_tokens(line: str) -> float:
-    """A summary line's tokens (and its newline), counted high enough for any provider: a
-    CJK character is a token or more in every tokenizer (Claude's counter gives each its
-    own), the rest four characters a token (`count_tokens_approximately`'s rate). Counted
-    at LangChain's rate alone, a Chinese summary passes its share of the budget, the view
-    stays over it after compaction, and every later round compacts again."""
-    wide = len(_WIDE.findall(line))
-    return wide + (len(line) + 1 - wide) / CHARS_PER_TOKEN
-
-
 @dataclass
 class StructuralCompactor:
     """No model call: the first line of each older message, with its speaker, newest kept."""
 
     line_chars: int = 80
+    wide_tokens: float = 1.0
+    """What a CJK character counts when the summary is measured against its share of the
+    budget: a token, as in a model's own tokenizer (Claude's counter gives each its own,
+    tiktoken about one); `1 / CHARS_PER_TOKEN` where the budget is LangChain's estimate
+    (the compaction sets that for a model without a counter of its own). Counted at
+    LangChain's rate under a real tokenizer, a Chinese summary passed its share, the view
+    stayed over budget after compaction, and every later round compacted again."""
+
+    def line_tokens(self, line: str) -> float:
+        """A summary line's tokens, its newline included: the rest four characters a token."""
+        wide = len(_WIDE.findall(line))
+        return wide * self.wide_tokens + (len(line) + 1 - wide) / CHARS_PER_TOKEN
 
     def compact(
         self, messages: Sequence[BaseMessage], previous: str | None, budget: int, describe: Describe
@@ -92,7 +94,7 @@ class StructuralCompactor:
         # Keep the newest lines that fit.
         room, kept = float(budget), 0
         for line in reversed(lines):
-            room -= line_tokens(line)
+            room -= self.line_tokens(line)
             if room < 0 and kept:
                 break
             kept += 1
