@@ -196,3 +196,16 @@ def test_restricted_sessions_never_supersede_or_forget(store):
     )
     assert wait_for_extractions(10)
     assert [i.content for i in store.list()] == ["主人喜欢喝乌龙茶"]
+
+
+def test_an_llm_add_that_names_no_scope_stays_private_to_the_persona(store):
+    """A model's operation that leaves `scope` out stores a memory no group or stranger chat
+    reads: the owner's words are the owner's unless the model says they may be shared."""
+    store.add(MemoryItem(content="主人喜欢喝乌龙茶", kind="habit", scope=Scope.USER))
+    model = ScriptedChatModel(script=[operations({"op": "add", "content": "主人住在翠柳街88号"})])
+    chat(store, LLMExtractor(model), "我家住在翠柳街88号，别告诉别人")
+    [address] = [i for i in store.list() if "翠柳街" in i.content]
+    assert (address.scope, address.persona_id) == (Scope.PERSONA, "xilian")
+    assert not [
+        h for h in store.search("翠柳街88号", restricted=True) if "翠柳街" in h.item.content
+    ]

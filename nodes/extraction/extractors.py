@@ -120,6 +120,16 @@ class ManualExtractor:
         return [Add(MemoryItem(content=remember, kind=self.kind, scope=self.scope))]
 
 
+SCOPE_DESCRIPTION = (
+    "persona: private to this persona's relationship with the owner, never shown in a group "
+    "or to a stranger (anything personal or sensitive: where the owner lives, health, money, "
+    "secrets); user: the owner's everyday habits and preferences, which every persona and "
+    "also group and stranger chats may see; project: shared, non-sensitive knowledge."
+)
+"""What the model is told of scopes: that `user` reaches group and stranger chats, so a
+private fact is not filed there by default."""
+
+
 class Candidate(BaseModel):
     """One memory worth keeping. There is deliberately no source field: provenance is the loop's."""
 
@@ -128,17 +138,14 @@ class Candidate(BaseModel):
         "person with the owner as 主人 / the owner."
     )
     kind: str = Field(description="A short tag such as habit, preference, event, plan, fact.")
-    scope: Literal["persona", "user", "project"] = Field(
-        description="persona: private to this persona's relationship with the owner; "
-        "user: the owner's habits and preferences; project: shared, non-sensitive knowledge."
-    )
+    scope: Literal["persona", "user", "project"] = Field(description=SCOPE_DESCRIPTION)
 
 
 class Candidates(BaseModel):
     items: list[Candidate] = Field(default_factory=list)
 
 
-class MemoryOperation(Candidate):
+class MemoryOperation(BaseModel):
     """One change to what is remembered. Memories are named by the number shown, never an id."""
 
     op: Literal["add", "supersede", "forget", "none"] = Field(
@@ -151,7 +158,11 @@ class MemoryOperation(Candidate):
     )
     content: str = Field(default="", description="For add and supersede: the fact, one sentence.")
     kind: str = Field(default="fact", description="A short tag such as habit, preference, plan.")
-    scope: Literal["persona", "user", "project"] = Field(default="user")
+    scope: Literal["persona", "user", "project"] | None = Field(
+        default=None,
+        description=SCOPE_DESCRIPTION
+        + " Left out: persona for add, the replaced memory's own for supersede.",
+    )
 
 
 class MemoryOperations(BaseModel):
@@ -223,15 +234,17 @@ class LLMExtractor:
             if isinstance(result, MemoryOperations)
             else MemoryOperations.model_validate(result)
         )
+        scopes = {r.handle: r.item.scope for r in memories}
         operations: list[Operation] = []
         for choice in decision.operations:
             handle = choice.handle if choice.handle is not None else 0
             if choice.op == "forget":
                 operations.append(Forget(handle))
             elif choice.op in ("add", "supersede") and choice.content.strip():
-                item = MemoryItem(
-                    content=choice.content, kind=choice.kind or "fact", scope=Scope(choice.scope)
-                )
+                # Unnamed, a new fact stays private; a correction stays where the fact was.
+                kept = scopes.get(handle, Scope.PERSONA) if choice.op == "supersede" else None
+                scope = Scope(choice.scope) if choice.scope else kept or Scope.PERSONA
+                item = MemoryItem(content=choice.content, kind=choice.kind or "fact", scope=scope)
                 operations.append(Add(item) if choice.op == "add" else Supersede(handle, item))
         return operations
 
