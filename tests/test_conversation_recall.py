@@ -239,3 +239,27 @@ def test_indexing_runs_off_the_turn():
     assert indexes.settled(timeout=30)
     found = index.search(PROBE, restricted=False, n=5)
     assert OWNER_CANARY in [message_text(r.message) for r in found]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="found by an outsider's probe, not fixed yet: forget erases the memory, but the "
+    "archived words it came from still come back through conversation recall",
+)
+def test_a_forgotten_memory_s_words_do_not_come_back_through_recall(tmp_path):
+    from memory import MemoryItem, MemoryStore
+
+    model = endless()
+    said = "记住 我的银行卡密码是PINxq8842"
+    with MemoryStore.open(tmp_path / "memory") as store, open_checkpointer("memory") as saver:
+        memory_id = store.add(MemoryItem(content="我的银行卡密码是PINxq8842"))
+        config = make_config(
+            model,
+            memory=store,
+            features=[Compaction(max_context_tokens=BUDGET), ConversationRecall()],
+        )
+        graph = build_graph(config, saver)
+        imported(graph, "owner", with_fact(said, at=3))
+        store.forget(memory_id)
+        view = asked(graph, model, "owner", "我的银行卡密码是多少？")
+    assert "PINxq8842" not in view
