@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,6 +27,15 @@ from nodes.extraction.background import wait_for_extractions
 from tests.cli_support import cyrene, one_line_error
 from tests.conftest import REPO, make_config, thread
 from tests.scripted import ScriptedChatModel, call, tool_calls
+
+
+def signal_main_thread(signum: int) -> None:
+    """Send `signum` to this process's main thread, where Python runs signal handlers: sent
+    to the process, the kernel may hand it to another thread (a background thread an earlier
+    test left running), and the main thread's sleep is then not cut short."""
+    main = threading.main_thread().ident
+    assert main is not None
+    signal.pthread_kill(main, signum)
 
 
 def two_tools(stop: GracefulStop, ran: list[str], signum: int | None = None):
@@ -44,7 +54,7 @@ def two_tools(stop: GracefulStop, ran: list[str], signum: int | None = None):
         if signum is None:
             stop.request()
         else:
-            os.kill(os.getpid(), signum)
+            signal_main_thread(signum)
         deadline = time.monotonic() + 5
         while not stop.requested and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -130,16 +140,16 @@ async def test_arun_turn_awaits_an_async_consumer_for_every_chunk():
 
 def test_a_second_signal_acts_as_if_no_handler_were_installed():
     with pytest.raises(KeyboardInterrupt), GracefulStop() as stop, stop.busy():
-        os.kill(os.getpid(), signal.SIGINT)
+        signal_main_thread(signal.SIGINT)
         assert stop.requested and stop.exit_code == 130, "the first only asks"
-        os.kill(os.getpid(), signal.SIGINT)
+        signal_main_thread(signal.SIGINT)
         time.sleep(1)  # the handler raises before this ends
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_an_idle_interactive_process_stops_at_once():
     with pytest.raises(StopRequested) as raised, GracefulStop(interrupt_idle=True):
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal_main_thread(signal.SIGTERM)
         time.sleep(1)
     assert raised.value.exit_code == 143
 
@@ -212,7 +222,7 @@ def _lines(path: Path) -> list[str]:
 
 def test_cyrene_run_stopped_by_sigterm_says_how_to_resume(tmp_path, capsys):
     def ask_for_time_then_get_terminated(messages: list[BaseMessage]) -> AIMessage:
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal_main_thread(signal.SIGTERM)
         return tool_calls(call("get_time", "call-t"))
 
     model = ScriptedChatModel(script=[ask_for_time_then_get_terminated, final])
@@ -246,7 +256,7 @@ class InterruptedStdin:
     def readline(self) -> str:
         if self.lines:
             return self.lines.pop()
-        os.kill(os.getpid(), signal.SIGINT)
+        signal_main_thread(signal.SIGINT)
         time.sleep(1)
         return "/quit\n"
 
@@ -261,7 +271,7 @@ def test_cyrene_chat_waiting_for_input_stops_on_sigint(tmp_path, capsys):
 
 def test_a_signal_in_the_last_step_lets_the_turn_end_and_then_stops(tmp_path, capsys, monkeypatch):
     def terminated_while_the_mood_is_read(user: str, assistant: str, persona: str | None) -> str:
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal_main_thread(signal.SIGTERM)
         return "平静"
 
     monkeypatch.setattr(studio.demo.world, "demo_mood", terminated_while_the_mood_is_read)
