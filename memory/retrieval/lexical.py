@@ -188,7 +188,8 @@ class LexicalIndex:
                 # The searcher the hits came from: a write committed meanwhile (another
                 # thread's) gives the shard a new one, where these addresses mean nothing.
                 searcher = shard.searcher
-                hits = searcher.search(query, limit=n).hits
+                # Uncounted: counting every match would visit each, which is no pruning.
+                hits = searcher.search(query, limit=n, count=False).hits
                 scored += [(score, bucket, searcher, address) for score, address in hits]
         scored.sort(key=lambda hit: hit[0], reverse=True)
         # Ids are read for the best `n` alone: a stored document costs ~10 µs to read.
