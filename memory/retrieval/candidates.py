@@ -5,16 +5,15 @@ reader may read and from the lexical index's best over those buckets
 (`memory.retrieval.lexical`), and ranks them by their words and their cosine
 (`memory.retrieval.ranking`). The words come from the lexical index, which holds every
 readable record's; so Chroma is asked only for ids and distances, for the stored vectors
-of the lexical side's records (read while the question is embedded: they need no
-question vector), and, once ranked, for the few memories a search returns
-(`memory.retrieval.search`). Reading every
+of the lexical side's records that the embedding's nearest did not hold, and, once
+ranked, for the few memories a search returns (`memory.retrieval.search`). Reading every
 candidate's document and metadata (~150 records, each unsealed and parsed) was most of a
 search's time at 100,000 memories.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,36 +52,16 @@ def nearest_distances(collection: Collection, vector: Any, n: int) -> dict[str, 
     return dict(zip(found["ids"][0], found["distances"][0], strict=True))
 
 
-@dataclass(frozen=True)
-class StoredVectors:
-    """Records' stored vectors, in Chroma's order (`stored_vectors`).
-
-    Attributes:
-        ids: the records Chroma still holds.
-        vectors: their vectors, a float32 row each.
-    """
-
-    ids: list[str]
-    vectors: np.ndarray
-
-    def distances(self, vector: Any, skip: Container[str]) -> dict[str, float]:
-        """The cosine distance to `vector` of each record not in `skip`: id → distance."""
-        rows = [n for n, i in enumerate(self.ids) if i not in skip]
-        if not rows:
-            return {}
-        stored = self.vectors[rows]
-        query = np.asarray(vector, dtype=np.float32)
-        norms = np.linalg.norm(stored, axis=1) * max(float(np.linalg.norm(query)), 1e-12)
-        distances = 1.0 - (stored @ query) / np.maximum(norms, 1e-12)
-        return {self.ids[n]: float(d) for n, d in zip(rows, distances, strict=True)}
-
-
-def stored_vectors(collection: Collection, ids: Sequence[str]) -> StoredVectors:
-    """These records' stored vectors (those Chroma still holds)."""
+def stored_distances(collection: Collection, ids: Sequence[str], vector: Any) -> dict[str, float]:
+    """The cosine distance of these records' stored vectors to `vector`: id → distance."""
     got: Mapping[str, Any] = collection.get(ids=list(ids), include=["embeddings"])
     if not got["ids"]:
-        return StoredVectors([], np.empty((0, 0), dtype=np.float32))
-    return StoredVectors(list(got["ids"]), np.asarray(got["embeddings"], dtype=np.float32))
+        return {}
+    stored = np.asarray(got["embeddings"], dtype=np.float32)
+    query = np.asarray(vector, dtype=np.float32)
+    norms = np.linalg.norm(stored, axis=1) * max(float(np.linalg.norm(query)), 1e-12)
+    distances = 1.0 - (stored @ query) / np.maximum(norms, 1e-12)
+    return {i: float(d) for i, d in zip(got["ids"], distances, strict=True)}
 
 
 def stored_texts(

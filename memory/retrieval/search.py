@@ -21,10 +21,9 @@ from memory.items import MemoryItem, Scope, bucket_name
 from memory.retrieval.aliases import resolve
 from memory.retrieval.candidates import (
     Candidate,
-    StoredVectors,
     nearest_distances,
+    stored_distances,
     stored_texts,
-    stored_vectors,
 )
 from memory.retrieval.lexical import LexicalIndex
 from memory.retrieval.perspective import query_vector, readings
@@ -119,8 +118,7 @@ class Search:
         asked = readings(clean_text(query), owner=not restricted)
         collections = {_bucket(c): c for c in self._readable(reader, restricted)}
         n = max(k * 2, _POOL)
-        # The lexical side needs no vector: it searches, and reads its records' stored vectors,
-        # on the pool while the query is embedded.
+        # The lexical side needs no vector: it searches on the pool while the query is embedded.
         lexical = (
             self._bucket_pool.submit(self._lexical_side, asked, collections, n)
             if fusion.lexical_weight
@@ -242,30 +240,30 @@ class Search:
 
     def _lexical_side(
         self, asked: Sequence[str], collections: dict[str, Collection], n: int
-    ) -> dict[str, StoredVectors]:
-        """The `n` best records by BM25 among these buckets alone, with their stored vectors:
-        bucket → its records."""
+    ) -> dict[str, builtins.list[str]]:
+        """The `n` best records by BM25 among these buckets alone: bucket → ids, best first."""
         if self._others_may_write():
             for bucket, collection in collections.items():
                 self._lexical.follow(bucket, collection, self._documents)
-        found = self._lexical.search(asked, builtins.list(collections), n)
-        return {bucket: stored_vectors(collections[bucket], ids) for bucket, ids in found.items()}
+        return self._lexical.search(asked, builtins.list(collections), n)
 
     def _candidates(
         self,
         collections: dict[str, Collection],
         vector: Any,
-        lexical: dict[str, StoredVectors],
+        lexical: dict[str, builtins.list[str]],
         n: int,
     ) -> builtins.list[Candidate]:
         """The `n` nearest records of each of these buckets and the lexical side's best
-        (`_lexical_side`), with their words and distances (`memory.retrieval.candidates`):
-        one Chroma query a bucket, each on the pool."""
+        (`_lexical_side`), with their words and distances (`memory.retrieval.candidates`).
+        Each bucket's two Chroma calls run in one task on the pool: one hand-off a bucket."""
 
         def distances(bucket: str) -> dict[str, float]:
             near = nearest_distances(collections[bucket], vector, n)
-            stored = lexical.get(bucket)
-            return {**near, **stored.distances(vector, skip=near)} if stored else near
+            more = [i for i in lexical.get(bucket, ()) if i not in near]
+            if more:
+                near = {**near, **stored_distances(collections[bucket], more, vector)}
+            return near
 
         def words(bucket: str, ids: Sequence[str]) -> dict[str, str]:
             texts = {i: t for i in ids if (t := self._lexical.text(i)) is not None}
