@@ -81,9 +81,11 @@ def _capture(
     for question, answers, group in asked:
         texts = readings(clean_text(question), owner=not restricted)
         vector = query_vector(store.embedding_function.embed_query, texts)
-        found = store._candidates(
-            texts, vector, reader, restricted, max(DEPTH * 2, search._POOL), True
-        )
+        # The store's own candidates, gathered as `Search._search` gathers them.
+        collections = {search._bucket(c): c for c in store._readable(reader, restricted)}
+        n = max(DEPTH * 2, search._POOL)
+        lexical = store._lexical_side(texts, collections, n)
+        found = store._candidates(collections, vector, lexical, n)
         created: dict[str, float] = {}
         for bucket in {c.bucket for c in found}:
             collection = store._collection(bucket, create=False)
