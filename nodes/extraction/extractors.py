@@ -242,8 +242,12 @@ class LLMExtractor:
                 operations.append(Forget(handle))
             elif choice.op in ("add", "supersede") and choice.content.strip():
                 # Unnamed, a new fact stays private; a correction stays where the fact was.
-                kept = scopes.get(handle, Scope.PERSONA) if choice.op == "supersede" else None
-                scope = Scope(choice.scope) if choice.scope else kept or Scope.PERSONA
+                if choice.scope:
+                    scope = Scope(choice.scope)
+                elif choice.op == "supersede":
+                    scope = scopes.get(handle, Scope.PERSONA)
+                else:
+                    scope = Scope.PERSONA
                 item = MemoryItem(content=choice.content, kind=choice.kind or "fact", scope=scope)
                 operations.append(Add(item) if choice.op == "add" else Supersede(handle, item))
         return operations
