@@ -27,7 +27,7 @@ from graph.storage.archive import ProcessArchive
 from nodes.kernel.messages import message_text
 from nodes.kernel.transcript import RESTRICTED, annotated, dated, said_at
 from nodes.recall.block import RECALL_HEADER, estimated_tokens
-from nodes.recall.index import SESSION_INDEXES, SessionIndex, SessionIndexes
+from nodes.recall.index import FIRST_ROUND_WAIT, SESSION_INDEXES, SessionIndex, SessionIndexes
 from tests.boundary_support import endless
 from tests.conftest import FIXED_NOW, make_config, thread
 
@@ -229,8 +229,9 @@ def test_indexing_runs_off_the_turn():
     """A round whose session index is behind its archive does not wait for it: the catch-up
     runs in the background, and the round searches what is indexed."""
     archive, where = SlowArchive(), ("slow", "")
-    archive.append(where, 0, with_fact(OWNER_CANARY, at=2))
     indexes = SessionIndexes()
+    indexes.of(archive, where, 0)  # the session's first round, when nothing was archived yet
+    archive.append(where, 0, with_fact(OWNER_CANARY, at=2))
     started = time.perf_counter()
     index = indexes.of(archive, where, 120)
     assert index.search(PROBE, restricted=False, n=5) == []
@@ -239,6 +240,30 @@ def test_indexing_runs_off_the_turn():
     assert indexes.settled(timeout=30)
     found = index.search(PROBE, restricted=False, n=5)
     assert OWNER_CANARY in [message_text(r.message) for r in found]
+
+
+def test_a_session_new_to_the_process_recalls_in_its_first_round(tmp_path):
+    """A process that runs one turn and exits (`cyrene run`) recalls too: the session's
+    first round in a process waits for its index, for at most `FIRST_ROUND_WAIT`."""
+    url = f"sqlite:///{tmp_path / 'checkpoints.db'}"
+    fact = "我妹妹三月去大理学陶艺了，她说那里的苍山很美。"
+    with open_checkpointer(url) as saver:
+        imported(graph_of(endless(), saver), "owner", with_fact(fact, at=3))
+    model = endless()
+    with open_checkpointer(url) as saver:  # a new process's archive: its index is new
+        view = asked(graph_of(model, saver), model, "owner", "我妹妹去大理学什么了？")
+    assert "2025-03-04 主人：" + fact in recalled_lines(view)
+
+
+def test_a_first_round_waits_for_a_slow_archive_no_longer_than_its_bound():
+    archive, where = SlowArchive(), ("slow", "")
+    archive.append(where, 0, with_fact(OWNER_CANARY, at=2))
+    started = time.perf_counter()
+    index = SessionIndexes().of(archive, where, 120)
+    waited = time.perf_counter() - started
+    assert index.search(PROBE, restricted=False, n=5) == []
+    archive.go.set()
+    assert FIRST_ROUND_WAIT <= waited < FIRST_ROUND_WAIT + 1.0
 
 
 @pytest.mark.xfail(

@@ -16,7 +16,10 @@ thread whose turns were opened under both (a thread no session binding guards) n
 lets an owner's words reach a restricted view.
 
 Writes stay off the turn's path: a round that finds its index behind the archive
-hands the catch-up to a background thread and searches what is indexed already. Text
+hands the catch-up to a background thread and searches what is indexed already. The
+one exception is a session's first round in a process, which waits for its index up to
+`FIRST_ROUND_WAIT`: a process that runs one turn and exits (`cyrene run`) would
+otherwise never recall anything. Text
 stays in RAM, as the memory store's lexical index does: no file of the index holds a
 word in the clear.
 """
@@ -49,6 +52,9 @@ SESSIONS_KEPT = 8
 """Session indexes a process keeps per archive; the least recently used is dropped (and
 rebuilt from the archive when its session speaks again). RAM measured: ~8 MB an index of
 50 messages, ~27 MB one of 5,882."""
+FIRST_ROUND_WAIT = 1.0
+"""Seconds a session's first round in a process waits for its index to be built; measured
+here, 6,000 messages index in ~0.6 s and 500 in ~0.1 s."""
 Thread = tuple[str, str]
 
 
@@ -125,12 +131,14 @@ class SessionIndexes:
 
     def of(self, archive: TranscriptArchive, thread: Thread, archived: int) -> SessionIndex:
         """The session's index, its catch-up with the `archived` messages started in the
-        background when it is behind (this round searches what is indexed already)."""
+        background when it is behind: this round searches what is indexed already, or,
+        for an index new to this process, what is indexed within `FIRST_ROUND_WAIT`."""
+        first: Future[None] | None = None
         with self._lock:
             sessions = self._by_archive.setdefault(archive, OrderedDict())
-            index = sessions.get(thread)
-            if index is None or index.indexed > archived:  # new, or a fork rewrote the archive
-                index = sessions[thread] = SessionIndex()
+            known = sessions.get(thread)
+            new = known is None or known.indexed > archived  # or a fork rewrote the archive
+            index = sessions[thread] = SessionIndex() if new or known is None else known
             sessions.move_to_end(thread)
             while len(sessions) > SESSIONS_KEPT:
                 sessions.popitem(last=False)
@@ -139,6 +147,9 @@ class SessionIndexes:
                 self._pending[key] = self._worker.submit(
                     self._catch_up, key, index, archive, thread, archived
                 )
+                first = self._pending[key] if new else None
+        if first is not None:
+            wait([first], timeout=FIRST_ROUND_WAIT)
         return index
 
     def _catch_up(
