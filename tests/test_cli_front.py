@@ -86,6 +86,16 @@ def test_the_import_format_is_documented_in_its_help(capsys):
     assert "persona_id (required with scope persona)" in shown
 
 
+def test_memory_s_persona_option_says_it_has_no_default(capsys):
+    """A turn answers as xilian unless told; `cyrene memory` has no persona unless told,
+    and `memory add --scope persona` without one is refused."""
+    for argv in (["memory", "--help"], ["memory", "add", "--help"]):
+        shown = " ".join(cyrene(capsys, *argv).out.split())
+        assert "--persona PERSONA the persona a `--scope persona` memory belongs to" in shown
+        assert "xilian (default)" not in shown
+    assert "xilian (default)" in " ".join(cyrene(capsys, "run", "--help").out.split())
+
+
 @pytest.mark.parametrize(
     ("argv", "says"),
     [

@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -115,11 +115,12 @@ OPTIONS: dict[str, dict[str, Any]] = {
 """The shared options (`--group-reply` for `group_reply`), without their environment."""
 
 
-def _option(name: str, top: bool) -> dict[str, Any]:
+def _option(name: str, top: bool, helps: Mapping[str, str]) -> dict[str, Any]:
     """`name`'s argparse settings: the default its environment variable sets now (shown in
     its help), or SUPPRESS in a subcommand's copy, so that it never overwrites a value
-    given before the subcommand."""
-    spec = dict(OPTIONS[name])
+    given before the subcommand; `helps` replaces the help text where a command means
+    something else by the option."""
+    spec = {**OPTIONS[name], **({"help": helps[name]} if name in helps else {})}
     variable = ENV.get(name)
     default = (variable and os.environ.get(variable)) or spec.get("default")
     if variable:
@@ -129,16 +130,26 @@ def _option(name: str, top: bool) -> dict[str, Any]:
     return {**spec, "default": default if top else argparse.SUPPRESS}
 
 
-def add_options(parser: argparse.ArgumentParser, names: tuple[str, ...], top: bool) -> None:
+def add_options(
+    parser: argparse.ArgumentParser,
+    names: tuple[str, ...],
+    top: bool,
+    helps: Mapping[str, str] | None = None,
+) -> None:
     """The shared options, on the top parser (`top`) or a subcommand's."""
     for name in names:
-        parser.add_argument(f"--{name.replace('_', '-')}", **_option(name, top))
+        parser.add_argument(f"--{name.replace('_', '-')}", **_option(name, top, helps or {}))
 
 
 STORES = ("data", "checkpoint")
 TURN = (*STORES, "model", "memory_server", "persona", "actor", "name", "group_reply")
 ALL = (*TURN, "session")
 MEMORY = ("data", "memory_server", "persona")
+MEMORY_HELPS = {
+    "persona": "the persona a `--scope persona` memory belongs to (required there); `search` "
+    "shows what that persona's turns see (without it: the shared memories only)"
+}
+"""What `--persona` means to `cyrene memory`, which has no persona by default."""
 
 
 def parser() -> Parser:
@@ -179,8 +190,11 @@ def parser() -> Parser:
     studio.add_argument("--port", type=port, default=2024, help="the API's port (2024)")
     from studio.cli.memory import add_memory_parser  # argparse and pathlib only
 
-    memory = command("memory", MEMORY, "manage long-term memory")
-    add_memory_parser(memory, lambda action: add_options(action, MEMORY, top=False))
+    memory = sub.add_parser(
+        "memory", help="manage long-term memory", description="manage long-term memory"
+    )
+    add_options(memory, MEMORY, top=False, helps=MEMORY_HELPS)
+    add_memory_parser(memory, lambda action: add_options(action, MEMORY, False, MEMORY_HELPS))
     return top
 
 
