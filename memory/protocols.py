@@ -124,6 +124,17 @@ class PrunesExtractions(Protocol):
 
 
 @runtime_checkable
+class RecognisesForgotten(Protocol):
+    """The optional part of a `MemoryBackend` that keeps a forgotten memory's words out of
+    what the loop shows again of the transcript (`nodes.recall`): the transcript keeps
+    every word, the view leaves out those a forget named."""
+
+    def carries_forgotten(self, texts: Sequence[str]) -> Sequence[bool]:
+        """For each text, whether it carries the words of a forgotten memory."""
+        ...
+
+
+@runtime_checkable
 class Extractor(Protocol):
     """Turns a finished conversation into candidate memories.
 
