@@ -129,8 +129,11 @@ class RecognisesForgotten(Protocol):
     what the loop shows again of the transcript (`nodes.recall`): the transcript keeps
     every word, the view leaves out those a forget named."""
 
-    def carries_forgotten(self, texts: Sequence[str]) -> Sequence[bool]:
-        """For each text, whether it carries the words of a forgotten memory."""
+    def carries_forgotten(
+        self, texts: Sequence[str], ids: Sequence[str | None] | None = None
+    ) -> Sequence[bool]:
+        """For each text, whether it carries the words of a forgotten memory, or is the
+        message (`ids`: each text's message id, if any) a forgotten memory came from."""
         ...
 
 

@@ -329,3 +329,29 @@ def test_nor_through_the_lines_of_the_compaction_summary(tmp_path):
         summary = graph.get_state(thread("owner")).values["summary"]["text"]
     assert "PINxq8842" in summary, "the scenario: the words are in the summary's lines"
     assert "PINxq8842" not in view and "第49天也要好好休息" in view
+
+
+def test_the_message_a_reworded_memory_came_from_is_not_recalled_either(tmp_path):
+    """An extracted memory is often reworded (10 of its 16 terms here): the message it came
+    from (`Source.message_id`) goes with it whatever its words."""
+    from memory import MemoryItem, MemoryStore, Source
+
+    model = endless()
+    history = with_fact("记住 我妹妹叫王小丫", at=3)
+    history[2 * 3] = history[2 * 3].model_copy(update={"id": "sister"})
+    with MemoryStore.open(tmp_path / "memory") as store, open_checkpointer("memory") as saver:
+        sister = store.add(
+            MemoryItem(content="主人的妹妹叫王小丫", source=Source(message_id="sister"))
+        )
+        config = make_config(
+            model,
+            memory=store,
+            features=[Compaction(max_context_tokens=BUDGET), ConversationRecall()],
+        )
+        graph = build_graph(config, saver)
+        imported(graph, "owner", history)
+        before = recalled_lines(asked(graph, model, "owner", "我妹妹叫什么来着？"))
+        assert any("记住 我妹妹叫王小丫" in line for line in before), before
+        store.forget(sister)
+        after = recalled_lines(asked(graph, model, "owner", "我妹妹叫什么来着？"))
+    assert not [line for line in after if "王小丫" in line], after

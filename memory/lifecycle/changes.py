@@ -157,17 +157,21 @@ class Lifecycle:
         return True
 
     @gated
-    def carries_forgotten(self, texts: Sequence[str]) -> builtins.list[bool]:
+    def carries_forgotten(
+        self, texts: Sequence[str], ids: Sequence[str | None] | None = None
+    ) -> builtins.list[bool]:
         """For each text, whether it carries the words of a forgotten memory (said again, or
-        an identifying word of it echoed: `memory.lifecycle.forgotten_words`).
+        an identifying word of it echoed: `memory.lifecycle.forgotten_words`), or is the
+        message a forgotten memory came from.
 
         Args:
             texts: e.g. archived messages about to be shown to the model again.
+            ids: the messages' ids, one per text (None: not messages, or no id).
 
         Returns:
             One flag per text, in order.
         """
-        return self._forgotten_words.carried(texts)
+        return self._forgotten_words.carried(texts, ids)
 
     @gated
     def history(self, item_id: str) -> builtins.list[HistoryEntry]:

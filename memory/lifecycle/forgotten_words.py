@@ -20,7 +20,10 @@ fingerprint when it holds
   memory said again. A message that shares its topic only ("我的门禁密码是…" against a
   forgotten "我的银行卡密码是…": 8 of 23 terms) stays, and a memory of fewer than
   `MIN_HELD` terms hides nothing by coverage (a forgotten "猫" must not hide every cat).
-Not caught: a paraphrase, or an echo of a name or other CJK words alone.
+A message a forgotten memory came from (its `Source.message_id`, which the loop stamps on
+what it extracts) is carried whatever its words: an extracted memory is often reworded
+("主人的妹妹叫王小丫" from "记住 我妹妹叫王小丫": 10 of its 16 terms). Not caught: another
+paraphrase, or an echo of a name or other CJK words alone.
 
 Fingerprints and secrets live in a Chroma collection of their own beside the buckets
 (`FORGOTTEN_COLLECTION`, no `bucket` in its metadata, so reads, the layout migration
@@ -43,6 +46,7 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from chromadb.api import ClientAPI
@@ -121,6 +125,16 @@ class _Under:
         return any(len(self.terms[n] & held) >= self.needed[n] for n in candidates)
 
 
+@dataclass(frozen=True)
+class _Known:
+    """What the collection's records said when they were last read."""
+
+    records: int
+    by_secret: list[_Under]
+    sources: frozenset[str]
+    """The ids of the messages forgotten memories came from (`Source.message_id`)."""
+
+
 class ForgottenWords:
     """The fingerprints of one Chroma client's forgotten memories."""
 
@@ -128,7 +142,7 @@ class ForgottenWords:
         self._client = client
         self._collection: Collection | None = None
         self._lock = threading.Lock()
-        self._known: tuple[int, list[_Under]] = (0, [])  # (records read, what they say)
+        self._known = _Known(0, [], frozenset())
 
     def records(self) -> Collection:
         if self._collection is None:
@@ -143,17 +157,18 @@ class ForgottenWords:
         if not items:
             return
         secret_id, secret = self._secret()
-        # One record per forgotten text, by its keyed hash: a memory id written again with
-        # other words and forgotten again adds a fingerprint, never replaces one.
+        # One record per forgotten text and source, by their keyed hash: a memory id written
+        # again with other words and forgotten again adds a fingerprint, never replaces one.
         fingerprints: dict[str, Any] = {}
-        for text in {item.content for item in items}:
+        for text, source in {(item.content, item.source.message_id) for item in items}:
             terms = sorted({_keyed(secret, t) for t in raw_terms(text)})
             words = sorted({_keyed(secret, w) for w in runs(text) if identifying(w)})
-            fingerprints[_keyed(secret, text)] = {
+            fingerprints[_keyed(secret, f"{text}\0{source or ''}")] = {
                 "kind": _FINGERPRINT,
                 "secret": secret_id,
                 "terms": " ".join(terms),
                 "words": " ".join(words),
+                **({"source": source} if source else {}),
             }
         self.records().upsert(
             ids=list(fingerprints),
@@ -161,10 +176,16 @@ class ForgottenWords:
             metadatas=list(fingerprints.values()),
         )
 
-    def carried(self, texts: Sequence[str]) -> list[bool]:
-        """For each text, whether it carries a forgotten memory's words."""
-        fingerprints = self._fingerprints()
-        return [any(under.carried_by(text) for under in fingerprints) for text in texts]
+    def carried(self, texts: Sequence[str], ids: Sequence[str | None] | None = None) -> list[bool]:
+        """For each text (a message with its id, if `ids` are given), whether it carries a
+        forgotten memory's words, or is the message a forgotten memory came from."""
+        known = self._fingerprints()
+        sources = ids if ids is not None else [None] * len(texts)
+        return [
+            (source is not None and source in known.sources)
+            or any(under.carried_by(text) for under in known.by_secret)
+            for text, source in zip(texts, sources, strict=True)
+        ]
 
     def _secret(self) -> tuple[str, bytes]:
         """The secret new fingerprints are made with: the first by id, made if none is."""
@@ -182,25 +203,25 @@ class ForgottenWords:
         got: Mapping[str, Any] = self.records().get(where={"kind": _KEY}, include=["metadatas"])
         return _keys(got["ids"], got["metadatas"])
 
-    def _fingerprints(self) -> list[_Under]:
-        """Every fingerprint, by secret: read again when the record count changed (records
-        are only ever added, one per forgotten text: a forget is for good)."""
+    def _fingerprints(self) -> _Known:
+        """Every fingerprint: read again when the record count changed (records are only
+        ever added, one per forgotten text and source: a forget is for good)."""
         collection = self._client_collection()
         if collection is None:
-            return []
+            return self._known
         count = collection.count()
         with self._lock:
-            if count == self._known[0]:
-                return self._known[1]
+            if count == self._known.records:
+                return self._known
         ids: list[str] = []
         metas: list[Mapping[str, Any] | None] = []
         for page in pages(collection, ["metadatas"]):
             ids += page["ids"]
             metas += page["metadatas"]
-        by_secret = _index(ids, metas)
+        known = _index(count, ids, metas)
         with self._lock:
-            self._known = (count, by_secret)
-        return by_secret
+            self._known = known
+        return known
 
     def _client_collection(self) -> Collection | None:
         """The collection, if a forget has made it (looked for again until then)."""
@@ -212,16 +233,21 @@ class ForgottenWords:
         return self._collection
 
 
-def _index(ids: Sequence[str], metas: Sequence[Mapping[str, Any] | None]) -> list[_Under]:
-    """The fingerprints of these records, grouped by the secret each was made with."""
+def _index(count: int, ids: Sequence[str], metas: Sequence[Mapping[str, Any] | None]) -> _Known:
+    """What these `count` records say: their fingerprints grouped by the secret each was
+    made with, and the messages forgotten memories came from."""
     secrets = _keys(ids, metas)
     by_secret: dict[str, list[tuple[frozenset[str], set[str]]]] = {}
+    sources: set[str] = set()
     for meta in metas:
         if not meta or meta.get("kind") != _FINGERPRINT or str(meta["secret"]) not in secrets:
             continue
         terms, words = str(meta.get("terms", "")).split(), str(meta.get("words", "")).split()
         by_secret.setdefault(str(meta["secret"]), []).append((frozenset(terms), set(words)))
-    return [_Under(secrets[i], fingerprints) for i, fingerprints in by_secret.items()]
+        if meta.get("source"):
+            sources.add(str(meta["source"]))
+    under = [_Under(secrets[i], fingerprints) for i, fingerprints in by_secret.items()]
+    return _Known(count, under, frozenset(sources))
 
 
 def _keys(ids: Sequence[str], metas: Sequence[Mapping[str, Any] | None]) -> dict[str, bytes]:

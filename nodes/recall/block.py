@@ -68,7 +68,9 @@ def recall_block(
     thread = (str(thread_id(config)), graph_namespace(config))
     index = SESSION_INDEXES.of(archive, thread, archived)
     hits = index.search(query, restricted=env.restricted, n=CANDIDATES)
-    forgotten = carry_forgotten(loop, [message_text(hit.message) for hit in hits])
+    forgotten = carry_forgotten(
+        loop, [message_text(hit.message) for hit in hits], [hit.message.id for hit in hits]
+    )
     hits = [hit for hit, gone in zip(hits, forgotten, strict=True) if not gone]
     speaker = partial(speaker_of, current=loop.persona_for(env), describe=describe)
     return format_recall(hits, budget, restricted=env.restricted, speaker=speaker, zone=loop.zone)

@@ -24,14 +24,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("cyrene.recall")
 
 
-def carry_forgotten(loop: Loop, texts: Sequence[str]) -> list[bool]:
-    """For each text, whether the loop's memory store says it carries a forgotten memory's
-    words (all of them, when the store fails to say; none, for a store that forgets nothing)."""
+def carry_forgotten(
+    loop: Loop, texts: Sequence[str], ids: Sequence[str | None] | None = None
+) -> list[bool]:
+    """For each text (a message with its id, if `ids` are given), whether the loop's memory
+    store says it carries a forgotten memory's words or is the message one came from (all of
+    them, when the store fails to say; none, for a store that forgets nothing)."""
     store = loop.config.memory
     if not texts or not isinstance(store, RecognisesForgotten):
         return [False] * len(texts)
     try:
-        return list(store.carries_forgotten(texts))
+        return list(store.carries_forgotten(texts, ids))
     except Exception:
         log.exception("checking older messages for forgotten words failed; none of them shown")
         return [True] * len(texts)
