@@ -116,7 +116,9 @@ class Lifecycle:
 
         Search and export no longer see them, and in an embedded store the text
         is erased from the files too (`memory.storage.erasure`). An audit line (log
-        `cyrene.memory`, and a tombstone in its history) keeps id, scope and time.
+        `cyrene.memory`, and a tombstone in its history) keeps id, scope and time; a
+        fingerprint of keyed hashes lets the loop keep the words out of what it shows again of
+        older messages (`memory.lifecycle.forgotten_words`).
 
         Args:
             item_id: the memory's id (a superseded one's too).
