@@ -33,6 +33,7 @@ from memory.embedding import MultilingualEmbedding
 from memory.errors import MemoryStoreError, MemoryWriteError
 from memory.items import MemoryItem, Scope, require_owner
 from memory.lifecycle.changes import Lifecycle
+from memory.lifecycle.forgotten_words import ForgottenWords
 from memory.lifecycle.history import History
 from memory.retrieval.lexical import LexicalIndex
 from memory.retrieval.ranking import MIN_RELEVANCE, Decay, Fusion
@@ -141,6 +142,7 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         self._documents: Documents = Sealed(self._keys) if self._keys is not None else Plain()
         """How memory text is kept in Chroma: sealed in an embedded store (`memory.storage.sealing`)."""
         self._history = History(client, self._documents)
+        self._forgotten_words = ForgottenWords(client)
         # A search reads at most three buckets: the persona's, user and project.
         self._bucket_pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="cyrene-memory")
         # Re-embed before the layout migration, which copies stored vectors as they are.
