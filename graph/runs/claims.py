@@ -11,21 +11,19 @@ admitting the run (`graph.runs.opening`) and from the steps' order itself.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
+from graph.runs.protocol import RunningGraph
 from graph.runs.traces import traced
 from graph.sessions.gate import answered_chunks, merged_input
 from graph.sessions.inbox import Claim
 from nodes.extraction.node import turn_env
 from nodes.kernel.run_config import thread_id
 from nodes.kernel.steps import Either, Steps, Stream
-
-if TYPE_CHECKING:
-    from graph.runs.compiled import CyreneGraph
 
 MESSAGES = "messages"
 """The transcript's channel."""
@@ -63,7 +61,7 @@ def recovered_input(claim: Claim, input: Any, stored: set[str], resumable: bool)
 
 
 def finish_dead_step(
-    graph: CyreneGraph, config: RunnableConfig | None, saved: CheckpointTuple | None
+    graph: RunningGraph, config: RunnableConfig | None, saved: CheckpointTuple | None
 ) -> Steps:
     """Before a new turn: finish the turn whose run died after its final reply was saved
     and before the checkpoint after it was. A new run starts from that checkpoint and
@@ -81,7 +79,7 @@ def finish_dead_step(
     yield Either(graph._drain, graph._adrain, (None, turn_config, kwargs))
 
 
-def resumable(graph: CyreneGraph, config: RunnableConfig | None) -> Steps:
+def resumable(graph: RunningGraph, config: RunnableConfig | None) -> Steps:
     # A crash can land after a task's writes were saved but before the next
     # checkpoint was: `next` is then empty, yet LangGraph resumes from the writes.
     saved = yield graph._saved(config or {})
@@ -91,7 +89,7 @@ def resumable(graph: CyreneGraph, config: RunnableConfig | None) -> Steps:
 
 
 def claimed_input(
-    graph: CyreneGraph, claim: Claim, input: Any, config: RunnableConfig | None, resendable: bool
+    graph: RunningGraph, claim: Claim, input: Any, config: RunnableConfig | None, resendable: bool
 ) -> Steps:
     """What the claimed turn runs; `resendable`: the caller gave every message its id, so
     they may be stored already (messages given new ids never are: no state is read)."""
@@ -108,7 +106,7 @@ def claimed_input(
     return merged_input(claim, input)
 
 
-def answered_already(graph: CyreneGraph, input: dict, config: RunnableConfig | None) -> Steps:
+def answered_already(graph: RunningGraph, input: dict, config: RunnableConfig | None) -> Steps:
     """Whether every message of `input` is already in the thread and its turn is over
     (answered, or a group turn that stayed quiet): a script run twice with `id="m1"`.
     Running it again would answer one message twice. A message stored by a turn that
@@ -122,7 +120,7 @@ def answered_already(graph: CyreneGraph, input: dict, config: RunnableConfig | N
 
 
 def answer(
-    graph: CyreneGraph, checkpoint_id: str | None, config: RunnableConfig | None, kwargs: dict
+    graph: RunningGraph, checkpoint_id: str | None, config: RunnableConfig | None, kwargs: dict
 ) -> Steps:
     """The state another caller's turn answered this call with, streamed as this run's
     `stream_mode` shapes it."""

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.types import Command, StateUpdate
 
+from graph.runs.protocol import RunningGraph
 from graph.sessions.binding import (
     Asked,
     Bound,
@@ -37,11 +38,10 @@ from nodes.kernel.compat import checkpointer_of, inside_parent_run, parent_conte
 from nodes.kernel.run_config import thread_id
 from nodes.kernel.steps import Either, Steps
 
-if TYPE_CHECKING:
-    from graph.runs.compiled import CyreneGraph
 
-
-def asked_run(graph: CyreneGraph, input: Any, config: RunnableConfig | None, kwargs: dict) -> Asked:
+def asked_run(
+    graph: RunningGraph, input: Any, config: RunnableConfig | None, kwargs: dict
+) -> Asked:
     """The run as its caller asked for it, admitted (bad input fails here, at once). A
     run as a parent graph's subgraph, given no context of its own, has its parent's
     (when that is a SessionEnv or a dict of one: a group parent stays a group)."""
@@ -54,13 +54,13 @@ def asked_run(graph: CyreneGraph, input: Any, config: RunnableConfig | None, kwa
 
 
 def admit_run(
-    graph: CyreneGraph, input: Any, config: RunnableConfig | None, context: Any
+    graph: RunningGraph, input: Any, config: RunnableConfig | None, context: Any
 ) -> tuple[Any, Any]:
     now = graph.clock() if graph.clock is not None else None
     return admit(input, config, context, max_image_bytes=graph.max_image_bytes, now=now)
 
 
-def opening(graph: CyreneGraph, input: Any, bound: Bound) -> Any:
+def opening(graph: RunningGraph, input: Any, bound: Bound) -> Any:
     """A new turn's input, with the record a resume continues as and `extract_memory`
     reads should its run die (`nodes.extraction.node.opened_turn`), and, where the thread's
     latest checkpoint lacks it, what the thread is opened as (a `Command` carries that
@@ -76,12 +76,12 @@ def opening(graph: CyreneGraph, input: Any, bound: Bound) -> Any:
     return {**opened, OPENED_AS: OpenedAs(actor=env.actor)} if bound.opens_thread else opened
 
 
-def reader(graph: CyreneGraph, config: RunnableConfig | None) -> BaseCheckpointSaver | None:
+def reader(graph: RunningGraph, config: RunnableConfig | None) -> BaseCheckpointSaver | None:
     """The saver holding the thread's checkpoints: the graph's, Studio's, or none."""
     return graph._saver if graph._saves_itself else checkpointer_of(config)
 
 
-def bind(graph: CyreneGraph, asked: Asked, config: RunnableConfig | None) -> Steps:
+def bind(graph: RunningGraph, asked: Asked, config: RunnableConfig | None) -> Steps:
     """The run under what its thread (and, continuing a turn, that turn) was opened as
     (`nodes.core.env.bound_env`), its input admitted again if that changes the rules."""
     saver = reader(graph, config)
@@ -114,7 +114,7 @@ def thread_opened_as(saver: BaseCheckpointSaver, config: RunnableConfig | None) 
 
 
 def still_unbound(
-    graph: CyreneGraph,
+    graph: RunningGraph,
     env: SessionEnv,
     config: RunnableConfig | None,
     saved: CheckpointTuple | None,
@@ -134,7 +134,7 @@ def still_unbound(
         )
 
 
-def check_command(graph: CyreneGraph, command: Command, config: RunnableConfig | None) -> Steps:
+def check_command(graph: RunningGraph, command: Command, config: RunnableConfig | None) -> Steps:
     """A `Command` continues a session: refused when no human message would be in it
     (a resume or `goto` would call the model with nothing said)."""
     update = command.update if isinstance(command.update, dict) else {}
