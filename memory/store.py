@@ -1,11 +1,7 @@
 """`MemoryStore`: scoped long-term memory in Chroma, embedded or served.
 
-One collection per scope bucket — `persona_<id>`, `user`, `project` — instead
-of one collection filtered by `$or`: measured ~10× faster at 20k items, and
-isolation becomes structural, because a restricted read never opens a persona
-collection and persona P's read never opens persona Q's. Bucket names map to
-collection names injectively (`memory.storage.layout`), and search checks each hit's
-stored persona as a second guard.
+One collection per scope bucket (`memory.storage.buckets`: isolation is structural),
+and search checks each hit's stored persona as a second guard.
 
     with MemoryStore.open("./.cyrene/memory") as store:      # embedded, one process
         ...
@@ -26,44 +22,26 @@ from typing import Any
 import chromadb
 from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
-from chromadb.config import Settings
-from chromadb.errors import NotFoundError
 
 from memory.embedding import MultilingualEmbedding
 from memory.errors import MemoryStoreError, MemoryWriteError
-from memory.items import MemoryItem, Scope, require_owner
+from memory.items import MemoryItem, require_owner
 from memory.lifecycle.changes import Lifecycle
 from memory.lifecycle.forgotten_words import ForgottenWords
 from memory.lifecycle.history import History
 from memory.retrieval.lexical import LexicalIndex
 from memory.retrieval.ranking import MIN_RELEVANCE, Decay, Fusion
 from memory.retrieval.search import Search
-from memory.storage.clear_text import finish_rebuild, has_clear_text, seal_clear_text
-from memory.storage.erasure import (
-    Gate,
-    checkpoint_ledger,
-    exclusively,
-    gated,
-    scrub_pending,
-)
-from memory.storage.layout import bucket_metadata, check_owner, collection_name, migrate, ours
-from memory.storage.lock import DEFAULT_LOCK_TIMEOUT, StoreLock, WriteLock
-from memory.storage.records import every_item, item_key, prune, records, upsert_each
+from memory.storage.buckets import Buckets
+from memory.storage.clients import chroma_settings, close_client, prepare_folder, write_lock
+from memory.storage.erasure import Gate, checkpoint_ledger, exclusively, gated
+from memory.storage.layout import migrate
+from memory.storage.lock import DEFAULT_LOCK_TIMEOUT, StoreLock
+from memory.storage.records import item_key, prune
 from memory.storage.reembed import Progress, reembed_store
 from memory.storage.sealing import Documents, KeyRing, Plain, Sealed
 
 log = logging.getLogger("cyrene.memory")
-
-_BATCH = 2_000
-# A bucket found missing is looked for again after this long (another store handle or
-# process may create it); asking Chroma for it on every search cost ~5% of a busy
-# process's CPU.
-_MISSING_RECHECK = 1.0
-
-
-def _settings() -> Settings:
-    return Settings(anonymized_telemetry=False)
-
 
 _warned_clear_server = False
 
@@ -77,29 +55,9 @@ def _warn_clear_server() -> None:
     )
 
 
-def _write_lock(
-    client: ClientAPI, settings: Settings, folder: Path | None, keys: str | Path | None
-) -> WriteLock:
-    """The lock of the store's checked writes: an embedded store's folder (its processes are
-    kept apart for the store's life by `StoreLock`); a server's address, with the key ring's
-    folder its processes share, if any; or this client alone (an in-memory one)."""
-    if folder is not None:
-        return WriteLock(str(folder))
-    if settings.chroma_server_host:
-        address = f"{settings.chroma_server_host}:{settings.chroma_server_http_port}"
-        return WriteLock(address, Path(keys).resolve() if keys is not None else None)
-    return WriteLock(f"client {id(client)}")
-
-
-def _close(client: ClientAPI) -> None:
-    close = getattr(client, "close", None)  # Chroma's clients have it (the API type does not)
-    if callable(close):
-        close()
-
-
 class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
-    """Scoped memories with dense and lexical search (`memory.retrieval.search`), that
-    supersede and forget (`memory.lifecycle.changes`).
+    """Scoped memories, read and searched densely and lexically (`memory.retrieval.search`),
+    that supersede and forget (`memory.lifecycle.changes`).
 
     Opening a store written with another embedding re-embeds it in place first
     (`memory.storage.reembed`), reporting to `progress(collection, done, total)`.
@@ -130,17 +88,18 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         self.failed_writes = 0
         self._lock = lock
         self._closed = False
-        self._collections: dict[str, Collection] = {}
-        self._missing: dict[str, float] = {}  # bucket → when it was found missing
         self._gate = Gate()
         settings = client.get_settings()
         persistent = settings.is_persistent and settings.persist_directory
         self._folder = Path(settings.persist_directory) if persistent else None
         ring = self._folder or (Path(keys) if keys is not None else None)
         self._keys = KeyRing(ring) if ring is not None else None
-        self._writes = _write_lock(client, settings, self._folder, keys)
+        self._writes = write_lock(client, settings, self._folder, keys)
         self._documents: Documents = Sealed(self._keys) if self._keys is not None else Plain()
         """How memory text is kept in Chroma: sealed in an embedded store (`memory.storage.sealing`)."""
+        self._buckets = Buckets(client, self.embedding_function, self._live)
+        # The same dict, cleared in place: a lifecycle step drops a bucket a writer just made.
+        self._missing = self._buckets.missing
         self._history = History(client, self._documents)
         self._forgotten_words = ForgottenWords(client)
         # A search reads at most three buckets: the persona's, user and project.
@@ -185,11 +144,8 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         folder.mkdir(parents=True, exist_ok=True)
         lock = StoreLock.acquire(folder, lock_timeout)
         try:
-            scrub_pending(folder)  # what a crash left, before Chroma reads the folder
-            if has_clear_text(folder):  # written by an earlier version: sealed once
-                seal_clear_text(folder)
-            finish_rebuild(folder)
-            client = chromadb.PersistentClient(path=str(folder), settings=_settings())
+            prepare_folder(folder)
+            client = chromadb.PersistentClient(path=str(folder), settings=chroma_settings())
             return cls(client, embedding_function=embedding_function, lock=lock, **options)
         except BaseException:
             lock.release()
@@ -224,7 +180,7 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         Raises:
             ValueError: the server cannot be reached (Chroma's own message).
         """
-        client = chromadb.HttpClient(host=host, port=port, settings=_settings())
+        client = chromadb.HttpClient(host=host, port=port, settings=chroma_settings())
         return cls(client, embedding_function=embedding_function, **options)
 
     # -- lifecycle ---------------------------------------------------------
@@ -239,8 +195,9 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
             return
         self._closed = True
         self._bucket_pool.shutdown(wait=True)
-        self._collections.clear()
-        _close(self.client)  # the last client of an embedded path stops Chroma's system for it
+        self._buckets.cached.clear()
+        # The last client of an embedded path stops Chroma's system for it.
+        close_client(self.client)
         if self._keys is not None:
             self._keys.close()
         if self._lock is not None:
@@ -292,8 +249,7 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
             How many memories were re-embedded.
         """
         self._live()
-        self._collections.clear()  # rebuilt collections are new objects
-        self._missing.clear()
+        self._buckets.forget_cached()  # rebuilt collections are new objects
         done = reembed_store(
             self.client,
             self.embedding_function,
@@ -306,49 +262,18 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
 
     # -- collections -------------------------------------------------------
     def _collection(self, bucket: str, *, create: bool) -> Collection | None:
-        self._live()
-        if bucket in self._collections:
-            return self._collections[bucket]
-        missing_since = self._missing.get(bucket)
-        if not create and missing_since and time.monotonic() - missing_since < _MISSING_RECHECK:
-            return None
-        name = collection_name(bucket)
-        if create:
-            collection = self.client.get_or_create_collection(
-                name,
-                embedding_function=self.embedding_function,
-                metadata=bucket_metadata(bucket),
-                configuration={"hnsw": {"space": "cosine"}},
-            )
-        else:
-            try:
-                collection = self.client.get_collection(
-                    name, embedding_function=self.embedding_function
-                )
-            except (NotFoundError, ValueError):
-                self._missing[bucket] = time.monotonic()
-                return None
-        self._missing.pop(bucket, None)
-        self._collections[bucket] = check_owner(collection, bucket)
-        return collection
+        return self._buckets.collection(bucket, create=create)
 
     def _stored(self) -> builtins.list[Collection]:
         """Every bucket collection that exists (for reads that compute no embeddings)."""
-        self._live()
-        return [c for c in self.client.list_collections() if ours(c)]
+        return self._buckets.stored()
 
     def _stored_ids(self, ids: builtins.list[str]) -> set[str]:
         """Which of these ids are live memories (in any bucket)."""
-        if not ids:
-            return set()
-        return {i for c in self._stored() for i in c.get(ids=ids, include=[])["ids"]}
+        return self._buckets.stored_ids(ids)
 
     def _find(self, item_id: str) -> tuple[Collection, Mapping[str, Any]] | None:
-        for collection in self._stored():
-            got = collection.get(ids=[item_id], include=["documents", "metadatas"])
-            if records(got, self._documents):  # a memory, not an alias (`memory.retrieval.aliases`)
-                return collection, got
-        return None
+        return self._buckets.find(item_id, self._documents)
 
     # -- writes ------------------------------------------------------------
     @gated
@@ -397,22 +322,7 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
                 raise TypeError(f"add_many: expected MemoryItem, got {type(item).__name__}")
             require_owner(item)
         unique = {item_key(item): item for item in items}  # the last copy of a repeat wins
-        by_bucket: dict[str, builtins.list[MemoryItem]] = {}
-        for item in unique.values():
-            by_bucket.setdefault(item.bucket, []).append(item)
-        failed: builtins.list[tuple[MemoryItem, BaseException]] = []
-        for bucket, group in by_bucket.items():
-            collection = self._collection(bucket, create=True)
-            assert collection is not None  # create=True always yields one
-            for start in range(0, len(group), _BATCH):
-                chunk = group[start : start + _BATCH]
-                refused = upsert_each(collection, chunk, self._documents, self.embedding_function)
-                bad = {item_key(item) for item, _ in refused}
-                stored = [item for item in chunk if item_key(item) not in bad]
-                self._lexical.put(
-                    bucket, [item_key(i) for i in stored], [i.content for i in stored]
-                )
-                failed += refused
+        failed = self._buckets.upsert(unique.values(), self._documents, self._lexical.put)
         if failed:
             self.failed_writes += len(failed)
             for item, exc in failed:
@@ -435,45 +345,3 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         pruned = [prune(collection, written) for collection in self._stored()]
         self._lexical.remove(i for memories, aliases in pruned for i in (*memories, *aliases))
         return sum(len(memories) for memories, _ in pruned)
-
-    # -- reads -------------------------------------------------------------
-    @gated
-    def get(self, item_id: str) -> MemoryItem | None:
-        """One memory by id.
-
-        Args:
-            item_id: the memory's id.
-
-        Returns:
-            The memory, or None when there is none with that id.
-        """
-        found = self._find(item_id)
-        return records(found[1], self._documents)[0] if found is not None else None
-
-    @gated
-    def list(
-        self, *, scope: Scope | str | None = None, persona_id: str | None = None
-    ) -> builtins.list[MemoryItem]:
-        """Every stored memory, optionally of one scope / persona, oldest first.
-
-        Args:
-            scope: only this scope.
-            persona_id: only this persona's memories.
-
-        Returns:
-            The memories, oldest first.
-
-        Raises:
-            ValueError: an unknown scope.
-        """
-        scope = Scope(scope) if scope is not None else None
-        items: builtins.list[MemoryItem] = []
-        for collection in self._stored():
-            items.extend(every_item(collection, self._documents))
-        items = [
-            i
-            for i in items
-            if (scope is None or i.scope is scope)
-            and (persona_id is None or i.persona_id == persona_id)
-        ]
-        return sorted(items, key=lambda i: i.created_at)

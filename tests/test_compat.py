@@ -36,7 +36,7 @@ def test_durability_config_key_is_what_pregel_reads():
 
     assert compat.CONFIG_KEY_DURABILITY == "__pregel_durability", (
         "langgraph renamed the config key a parent graph uses to pass durability down; "
-        "graph/runs.py would then override a parent's choice"
+        "graph/runs/compiled.py would then override a parent's choice"
     )
     assert "CONFIG_KEY_DURABILITY" in inspect.getsource(pregel_main), (
         "Pregel no longer reads CONFIG_KEY_DURABILITY from the config"

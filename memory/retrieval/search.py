@@ -1,7 +1,7 @@
-"""`MemoryStore`'s search half: the memory block's search, the extractor's ranking, and the
-near-duplicate check's neighbours.
+"""`MemoryStore`'s read half: one memory by id, every memory, the memory block's search, the
+extractor's ranking, and the near-duplicate check's neighbours.
 
-Each reads the reader's buckets side by side (`memory.storage.layout`: the persona's,
+A search reads the reader's buckets side by side (`memory.storage.layout`: the persona's,
 user and project; restricted reads only the shared two), and a search takes candidates
 from both the embedding's nearest and the lexical index's best over those same buckets
 (`memory.retrieval.lexical`; ranked by `memory.retrieval.ranking`). Each reads a hit on a
@@ -12,7 +12,7 @@ guards each hit's owner a second time (`memory.storage.records.may_read`).
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,7 @@ from memory.retrieval.perspective import query_vector, readings
 from memory.retrieval.ranking import Decay, Fusion, SearchResult, rank
 from memory.storage.erasure import Gate, gated
 from memory.storage.lock import StoreLock
-from memory.storage.records import closest, item_key, may_read
+from memory.storage.records import closest, every_item, item_key, may_read, records
 from memory.storage.sealing import Documents
 from nodes.kernel.text import clean_text
 
@@ -69,12 +69,55 @@ class Search:
     if TYPE_CHECKING:
 
         def _collection(self, bucket: str, *, create: bool) -> Collection | None: ...
+        def _stored(self) -> builtins.list[Collection]: ...
+        def _find(self, item_id: str) -> tuple[Collection, Mapping[str, Any]] | None: ...
 
     def readable_buckets(self, persona_id: str | None, restricted: bool) -> builtins.list[str]:
         """The read set: P's persona scope ∪ user ∪ project; restricted → user ∪ project."""
         if restricted or not persona_id:
             return builtins.list(_SHARED_BUCKETS)
         return [bucket_name(Scope.PERSONA, persona_id), *_SHARED_BUCKETS]
+
+    @gated
+    def get(self, item_id: str) -> MemoryItem | None:
+        """One memory by id.
+
+        Args:
+            item_id: the memory's id.
+
+        Returns:
+            The memory, or None when there is none with that id.
+        """
+        found = self._find(item_id)
+        return records(found[1], self._documents)[0] if found is not None else None
+
+    @gated
+    def list(
+        self, *, scope: Scope | str | None = None, persona_id: str | None = None
+    ) -> builtins.list[MemoryItem]:
+        """Every stored memory, optionally of one scope / persona, oldest first.
+
+        Args:
+            scope: only this scope.
+            persona_id: only this persona's memories.
+
+        Returns:
+            The memories, oldest first.
+
+        Raises:
+            ValueError: an unknown scope.
+        """
+        scope = Scope(scope) if scope is not None else None
+        items: builtins.list[MemoryItem] = []
+        for collection in self._stored():
+            items.extend(every_item(collection, self._documents))
+        items = [
+            i
+            for i in items
+            if (scope is None or i.scope is scope)
+            and (persona_id is None or i.persona_id == persona_id)
+        ]
+        return sorted(items, key=lambda i: i.created_at)
 
     @gated
     def search(
