@@ -265,11 +265,12 @@ def resubmit(
     `backlog` (recovery at start) queues them even over the queue's capacity.
     """
     kept: list[PendingExtraction] = []
+    store = loop.config.memory
     for entry in pending:
         key = entry["key"]
-        if background_jobs(loop).settled(key):
+        if background_jobs(loop).settled(store, key):
             continue
-        if not background_jobs(loop).known(key):
+        if not background_jobs(loop).known(store, key):
             snapshot = snapshot_until(messages, entry["boundary"])
             job = job_for(loop, entry, snapshot or [])
             if snapshot is None:  # marked lost, unless another process already ran it
