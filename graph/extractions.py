@@ -66,7 +66,8 @@ def _open_work(
     call finished."""
     keys = [e["key"] for entries in listed.values() for e in entries]
     jobs = background_jobs(loop)
-    still = unfinished(loop.config.memory, [k for k in keys if not jobs.known(k)])
+    store = loop.config.memory
+    still = unfinished(store, [k for k in keys if not jobs.known(store, k)])
     open_work = {t: [e for e in entries if e["key"] in still] for t, entries in listed.items()}
     return {t: entries for t, entries in open_work.items() if entries}
 

@@ -105,6 +105,18 @@ def test_each_turn_records_its_extraction_and_settled_ones_are_dropped(tmp_path,
     assert contents(store) == ["第一件事", "第二件事"]
 
 
+def test_two_stores_each_extract_a_turn_with_the_same_thread_and_message_ids(tmp_path):
+    """Keys are one store's: another store of the process (another graph, an earlier test)
+    may hold a turn under the same thread, message and reply ids, and still extracts it."""
+    for name in ("first", "second"):
+        with MemoryStore.open(tmp_path / name) as store:
+            model = ScriptedChatModel(script=[AIMessage("嗯", id="r1")])
+            graph = build_graph(make_config(model, memory=store, extractor=Remember()))
+            graph.invoke({"messages": [human("同一句话", id="u1")]}, thread("t"))
+            assert wait_for_extractions(10)
+            assert contents(store) == ["同一句话"], f"the {name} store"
+
+
 def test_a_full_queue_leaves_extractions_pending_and_loses_none(tmp_path, store, monkeypatch):
     monkeypatch.setattr(pipeline, "QUEUE_CAPACITY", 2)
     monkeypatch.setattr(pipeline, "SUBMIT_WAIT", 0.2)

@@ -264,12 +264,6 @@ def test_an_llm_add_that_names_no_scope_stays_private_to_the_persona(store):
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by an outsider's probe, not fixed yet: a turn's extraction key holds its "
-    "reply's id, so a replay of the turn answers under a new id and extracts again; keying by "
-    "the turn's opening message needs a per-store namespace in the process-wide pipeline",
-)
 def test_a_forgotten_memory_does_not_come_back_when_an_older_checkpoint_is_replayed(store):
     """A fork of a turn that was extracted (Studio's "replay", `invoke` at a checkpoint id)
     runs it again with a new reply: its extraction already ran, so what the owner has
@@ -295,3 +289,29 @@ def test_a_forgotten_memory_does_not_come_back_when_an_older_checkpoint_is_repla
             assert not store.list(), (
                 f"back after a replay at {fork['configurable']['checkpoint_id']}"
             )
+
+
+def test_a_turn_edited_in_studio_and_replayed_goes_on_and_brings_back_nothing(store):
+    """Studio's edit (`update_state` at a checkpoint, then a replay) puts in words said outside
+    any turn: the replayed turn goes on, extracts nothing from them, and nothing again from
+    the turns before it (the forgotten memory stays forgotten)."""
+    from graph import open_checkpointer
+
+    model = ScriptedChatModel(script=[AIMessage("好的")] * 20)
+    with open_checkpointer("memory") as saver:
+        graph = build_graph(make_config(model, memory=store, extractor=ManualExtractor()), saver)
+        for text, id in (("记住 我的暗号是RESURRECTzz71", "m1"), ("今天天气不错", "m2")):
+            graph.invoke(
+                {"messages": [human(text, id=id)]}, thread("edit"), context=owner("xilian")
+            )
+        assert wait_for_extractions(10)
+        [memory] = store.list()
+        store.forget(memory.id)
+        for state in graph.get_state_history(thread("edit")):
+            if state.next != ("call_model",):
+                continue
+            edit = human("记住 我的暗号是EDITEDzz72", id=state.values["messages"][-1].id)
+            edited = graph.update_state(state.config, {"messages": [edit]})
+            graph.invoke(None, edited, context=owner("xilian"))
+            assert wait_for_extractions(10)
+            assert not store.list(), f"after an edit of {edit.id}"

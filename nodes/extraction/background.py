@@ -3,7 +3,8 @@
 Every turn's background extraction becomes an `ExtractionJob`, keyed by the
 turn; the graph records the key in the session's checkpoint before the turn
 returns, so a crash never loses it (`nodes.extraction.node`). One process-wide
-pipeline (`nodes.extraction.pipeline`) runs the jobs of every graph:
+pipeline (`nodes.extraction.pipeline`) runs the jobs of every graph, each store's
+keys apart from every other's (`nodes.extraction.jobs.job_id`):
 
 - **Exactly once in effect.** A job is claimed in the store's ledger
   (`nodes.extraction.ledger`) with a compare-and-swap before its extractor
@@ -38,7 +39,7 @@ from typing import Any
 
 from langchain_core.messages.ai import UsageMetadata
 
-from nodes.extraction.jobs import DEFAULT_TIMEOUT, TOTALS, TURNS, ExtractionJob, JobStats
+from nodes.extraction.jobs import DEFAULT_TIMEOUT, TOTALS, TURNS, ExtractionJob, JobStats, job_id
 from nodes.extraction.ledger import extraction_ledger_for
 from nodes.extraction.pipeline import Pipeline
 from nodes.token_accounting.aside import measured
@@ -121,14 +122,15 @@ class BackgroundJobs:
         return _PIPELINE.submit(job, backlog)
 
     @staticmethod
-    def known(key: str) -> bool:
-        """Whether this process has the extraction in hand or has settled it."""
-        return _PIPELINE.known(key)
+    def known(store: Any, key: str) -> bool:
+        """Whether this process has the extraction into `store` in hand or has settled it."""
+        return _PIPELINE.known(job_id(store, key))
 
     @staticmethod
-    def settled(key: str) -> bool:
-        """Whether this process saw the extraction done or lost (it need not stay pending)."""
-        return _PIPELINE.settled(key)
+    def settled(store: Any, key: str) -> bool:
+        """Whether this process saw the extraction into `store` done or lost (it need not
+        stay pending)."""
+        return _PIPELINE.settled(job_id(store, key))
 
 
 def unfinished(store: Any, keys: list[str]) -> set[str]:

@@ -120,7 +120,7 @@ def sort_job(plan: Plan, job: ExtractionJob, record: Record | None, wall: float)
 
 def chains(jobs: Iterable[ExtractionJob]) -> list[list[ExtractionJob]]:
     """The jobs as chains: each session's in turn order (a job of no session alone)."""
-    by_session = group(sorted(jobs, key=lambda j: j.order), lambda j: j.session or id(j))
+    by_session = group(sorted(jobs, key=lambda j: j.order), lambda j: j.lane or id(j))
     return list(by_session.values())
 
 
@@ -129,11 +129,11 @@ def behind_held(
 ) -> tuple[list[ExtractionJob], list[ExtractionJob]]:
     """(jobs that may go on, jobs that wait): one waits while an earlier job of its session
     is held (claimed elsewhere, its ledger unreadable)."""
-    first: dict[str, int] = {}
+    first: dict[tuple[int, str], int] = {}
     for job in held:
-        if job.session is not None:
-            first[job.session] = min(first.get(job.session, job.order), job.order)
-    waits = [j for j in jobs if j.session is not None and j.order > first.get(j.session, j.order)]
+        if job.lane is not None:
+            first[job.lane] = min(first.get(job.lane, job.order), job.order)
+    waits = [j for j in jobs if j.lane is not None and j.order > first.get(j.lane, j.order)]
     return [j for j in jobs if j not in waits], waits
 
 

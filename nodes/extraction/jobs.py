@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -52,6 +54,26 @@ TOTALS = JobStats()
 _STATS_LOCK = threading.Lock()
 
 
+JobId = tuple[int, str]
+"""A job's identity in this process: its store's namespace and its key (`job_id`)."""
+
+_NAMESPACES: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_NEXT_NAMESPACE = itertools.count()
+_NAMESPACES_LOCK = threading.Lock()
+
+
+def job_id(store: Any, key: str) -> JobId:
+    """`key` in `store`'s namespace. A key names a turn within one store's ledger only: two
+    stores of one process (two graphs, two tests) may each have a thread "t0" whose message
+    "m1" opened a turn, and each must extract it. A number is never reused, unlike `id()`,
+    which a later store may get while this process still remembers the earlier one's keys."""
+    with _NAMESPACES_LOCK:
+        namespace = _NAMESPACES.get(store)
+        if namespace is None:
+            namespace = _NAMESPACES[store] = next(_NEXT_NAMESPACE)
+    return namespace, key
+
+
 def count(stats: JobStats, name: str, n: int = 1) -> None:
     """Add to a graph's count and to the process total."""
     with _STATS_LOCK:
@@ -94,6 +116,14 @@ class ExtractionJob:
     not_before: float = 0.0
     """Monotonic time before which the job is not looked at again (retries, foreign claims)."""
     waiting_since: float = field(default_factory=time.monotonic)
+    ident: JobId = field(init=False)
+    """What the process holds it by (`job_id`)."""
+    lane: tuple[int, str] | None = field(init=False)
+    """Its session in its store's namespace: the jobs that go in turn order with it."""
+
+    def __post_init__(self) -> None:
+        self.ident = job_id(self.store, self.key)
+        self.lane = None if self.session is None else (self.ident[0], self.session)
 
     @property
     def ledger(self) -> ExtractionLedger:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from functools import partial
@@ -90,9 +91,20 @@ def background_jobs(loop: Loop) -> BackgroundJobs:
     return loop.remembered(BackgroundJobs, lambda: BackgroundJobs(loop.feature(Extraction).timeout))
 
 
-def extraction_key(thread_id: str | None, boundary: str) -> str:
-    """One turn's extraction: its thread and the id of the turn's last message."""
-    return hashlib.sha256(f"{thread_id or ''}\x00{boundary}".encode()).hexdigest()[:32]
+def extraction_key(thread_id: str | None, opening: Sequence[BaseMessage]) -> str:
+    """One turn's extraction: its thread and the messages that opened it, by id and words.
+
+    Not its reply, which a replay of the turn from an earlier checkpoint (Studio's
+    replay) gives a new id: the replay would extract again, and bring back what the owner
+    has forgotten since. The same words under the same ids are the same turn however
+    often it is replayed; words edited in place under the same id are other words, so
+    another key, and an extractor may read them (an `update_state` edit is stamped
+    restricted today, so none does). Checkpoints keep each pending entry's own key: one
+    saved under an earlier form of the key still settles under it.
+    """
+    turn = [thread_id or "", [[m.id, m.content] for m in opening]]
+    text = json.dumps(turn, ensure_ascii=False, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def extractable(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
@@ -265,11 +277,12 @@ def resubmit(
     `backlog` (recovery at start) queues them even over the queue's capacity.
     """
     kept: list[PendingExtraction] = []
+    store = loop.config.memory
     for entry in pending:
         key = entry["key"]
-        if background_jobs(loop).settled(key):
+        if background_jobs(loop).settled(store, key):
             continue
-        if not background_jobs(loop).known(key):
+        if not background_jobs(loop).known(store, key):
             snapshot = snapshot_until(messages, entry["boundary"])
             job = job_for(loop, entry, snapshot or [])
             if snapshot is None:  # marked lost, unless another process already ran it
@@ -299,14 +312,17 @@ def extract_turn(
     human = last_human(messages)
     if human is not None and is_hidden(human):
         return []  # a guard-blocked turn's text must reach no model, extractors included
-    if not any(not h.name for h in opening_messages(messages)):
-        return []  # only third parties spoke: nothing of the owner's to remember
+    opening = opening_messages(messages)
+    if not any(readable(h) for h in opening):
+        # Only third parties spoke, or words put in outside a turn (an `update_state` edit):
+        # nothing of the owner's to remember, and the snapshot would end in earlier turns.
+        return []
     snapshot = extractable(messages)
     persona_id = loop.persona_for(env)
     source = Source(session_id=loop.session_id(env, config), message_id=loop.turn_id(env, messages))
     boundary = str(snapshot[-1].id)
     entry = PendingExtraction(
-        key=extraction_key(thread_id(config), boundary),
+        key=extraction_key(thread_id(config), opening),
         boundary=boundary,
         session_id=source.session_id,
         message_id=source.message_id,

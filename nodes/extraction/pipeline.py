@@ -48,7 +48,7 @@ from nodes.extraction.cycle import (
     mark,
     store_items,
 )
-from nodes.extraction.jobs import ExtractionJob, run_with_deadline
+from nodes.extraction.jobs import ExtractionJob, JobId, run_with_deadline
 
 log = logging.getLogger("cyrene.memory")
 
@@ -62,15 +62,16 @@ SETTLED_MEMORY = 100_000
 
 
 class Pipeline:
-    """Holds each key once: queued, claimed, extracting or waiting to be written."""
+    """Holds each job once (by `ExtractionJob.ident`: its store's and its key): queued,
+    claimed, extracting or waiting to be written."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._inbox: deque[ExtractionJob] = deque()
         self._ready: list[ExtractionJob] = []
-        self._active: dict[str, ExtractionJob] = {}
-        self._extracting: set[str] = set()
-        self._settled: OrderedDict[str, None] = OrderedDict()
+        self._active: dict[JobId, ExtractionJob] = {}
+        self._extracting: set[JobId] = set()
+        self._settled: OrderedDict[JobId, None] = OrderedDict()
         self._pool: ThreadPoolExecutor | None = None
         self._writer: threading.Thread | None = None
 
@@ -79,13 +80,13 @@ class Pipeline:
         with self._cond:
             return len(self._active)
 
-    def known(self, key: str) -> bool:
+    def known(self, ident: JobId) -> bool:
         with self._cond:
-            return key in self._active or key in self._settled
+            return ident in self._active or ident in self._settled
 
-    def settled(self, key: str) -> bool:
+    def settled(self, ident: JobId) -> bool:
         with self._cond:
-            return key in self._settled
+            return ident in self._settled
 
     def submit(self, job: ExtractionJob, backlog: bool = False) -> bool:
         """Queue a job (a key already in hand is a no-op); False when the queue stayed full.
@@ -94,7 +95,7 @@ class Pipeline:
         backlog is finite, and it must not wait behind itself.
         """
         with self._cond:
-            if job.key in self._active or job.key in self._settled:
+            if job.ident in self._active or job.ident in self._settled:
                 return True
             room = backlog or self._cond.wait_for(
                 lambda: len(self._active) < QUEUE_CAPACITY, timeout=SUBMIT_WAIT
@@ -108,7 +109,7 @@ class Pipeline:
                 )
                 return False
             job.waiting_since = time.monotonic()
-            self._active[job.key] = job
+            self._active[job.ident] = job
             self._inbox.append(job)
             job.count("submitted")
             self._start()
@@ -119,11 +120,11 @@ class Pipeline:
         with self._cond:
             return self._cond.wait_for(lambda: not self._active, timeout=timeout)
 
-    def settle(self, key: str) -> None:
-        """Note `key` as done or lost in this process (no longer in hand)."""
+    def settle(self, ident: JobId) -> None:
+        """Note the job as done or lost in this process (no longer in hand)."""
         with self._cond:
-            self._active.pop(key, None)
-            self._settled[key] = None
+            self._active.pop(ident, None)
+            self._settled[ident] = None
             while len(self._settled) > SETTLED_MEMORY:
                 self._settled.popitem(last=False)
             self._cond.notify_all()
@@ -200,7 +201,7 @@ class Pipeline:
             if job in marked:
                 job.count("succeeded")
                 job.count("stored", len(job.changes or []))
-                self.settle(job.key)
+                self.settle(job.ident)
         for job in plan.lost:
             if job in marked:
                 self._lose(job)
@@ -215,7 +216,7 @@ class Pipeline:
             self._set_back(job)
         for job in plan.skipped:
             job.count("skipped")
-            self.settle(job.key)
+            self.settle(job.ident)
         for job, when in plan.later:
             self._requeue(job, when)
         for job in beaten:
@@ -226,20 +227,18 @@ class Pipeline:
         here and not due with them (extracting, waiting for its store, held elsewhere).
         A session's due jobs go together, as one chain (`chains`)."""
         taken = set(due)
-        earliest: dict[str, int] = {}
+        earliest: dict[tuple[int, str], int] = {}
         for other in self._active.values():
-            if other.session is not None and other not in taken:
-                earliest[other.session] = min(earliest.get(other.session, other.order), other.order)
+            if other.lane is not None and other not in taken:
+                earliest[other.lane] = min(earliest.get(other.lane, other.order), other.order)
         return [
-            job
-            for job in due
-            if job.session is None or job.order <= earliest.get(job.session, job.order)
+            job for job in due if job.lane is None or job.order <= earliest.get(job.lane, job.order)
         ]
 
     def _extract(self, chain: list[ExtractionJob]) -> None:
         assert self._pool is not None
         with self._cond:
-            self._extracting.update(job.key for job in chain)
+            self._extracting.update(job.ident for job in chain)
         self._pool.submit(self._attempt, chain)
 
     # -- one session's chain of attempts (on a pool thread) --------------------
@@ -258,7 +257,7 @@ class Pipeline:
                 self._make_ready(job)
         finally:
             with self._cond:
-                self._extracting.difference_update(job.key for job in chain)
+                self._extracting.difference_update(job.ident for job in chain)
                 self._cond.notify_all()
 
     def _run_attempt(self, job: ExtractionJob, earlier: list[Change]) -> bool:
@@ -319,7 +318,7 @@ class Pipeline:
             job.source.message_id,
             job.abandon,
         )
-        self.settle(job.key)
+        self.settle(job.ident)
 
 
 def _keys(jobs: Iterable[ExtractionJob]) -> str:

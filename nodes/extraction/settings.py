@@ -27,7 +27,8 @@ class PendingExtraction(TypedDict):
     """
 
     key: str
-    """Identity of the extraction (thread + boundary); the ledger's record id."""
+    """Identity of the extraction (thread + the turn's opening messages, `extraction_key`;
+    thread + boundary in entries saved before); the ledger's record id."""
     boundary: str
     """Id of the turn's last message: the snapshot ends there."""
     session_id: str | None

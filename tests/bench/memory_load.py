@@ -84,7 +84,7 @@ from graph import (
 from memory import MemoryItem, MemoryStore
 from memory.storage.erasure import CHROMA_FILE
 from nodes.extraction.ledger import LEDGER_COLLECTION, LEDGER_FILE, extraction_ledger_for
-from nodes.extraction.node import extraction_key
+from nodes.extraction.node import extraction_key, opening_messages
 from tests.bench.extraction import SleepingModel, chroma_server
 from tests.bench.workers import POSTGRES_URL, REPO, fresh_database
 
@@ -408,7 +408,7 @@ def turn_keys(thread: str, messages: Sequence[Any]) -> dict[str, str]:
         while end + 1 < len(messages) and messages[end + 1].type != "human":
             end += 1
         if message.type == "human" and end > i:
-            keys[str(message.id)] = extraction_key(thread, str(messages[end].id))
+            keys[str(message.id)] = extraction_key(thread, opening_messages(messages[: end + 1]))
     return keys
 
 
