@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from memory.protocols import MemoryBackend as MemoryBackend
     from memory.protocols import PrunesExtractions as PrunesExtractions
     from memory.protocols import RanksByRelevance as RanksByRelevance
-    from memory.protocols import RecognisesForgotten as RecognisesForgotten
     from memory.retrieval.block import format_memory_block as format_memory_block
     from memory.retrieval.ranking import Decay as Decay
     from memory.retrieval.ranking import Fusion as Fusion
@@ -62,7 +61,6 @@ __getattr__, __dir__ = lazy_exports(
         "MultilingualEmbedding": "memory.embedding",
         "PrunesExtractions": "memory.protocols",
         "RanksByRelevance": "memory.protocols",
-        "RecognisesForgotten": "memory.protocols",
         "Scope": "memory.items",
         "SearchResult": "memory.retrieval.ranking",
         "Source": "memory.items",
@@ -92,7 +90,6 @@ __all__ = [
     "PrunesExtractions",
     "RanksByRelevance",
     "Recalled",
-    "RecognisesForgotten",
     "Scope",
     "SearchResult",
     "Source",

@@ -124,20 +124,6 @@ class PrunesExtractions(Protocol):
 
 
 @runtime_checkable
-class RecognisesForgotten(Protocol):
-    """The optional part of a `MemoryBackend` that keeps a forgotten memory's words out of
-    what the loop shows again of the transcript (`nodes.recall`): the transcript keeps
-    every word, the view leaves out those a forget named."""
-
-    def carries_forgotten(
-        self, texts: Sequence[str], ids: Sequence[str | None] | None = None
-    ) -> Sequence[bool]:
-        """For each text, whether it carries the words of a forgotten memory, or is the
-        message (`ids`: each text's message id, if any) a forgotten memory came from."""
-        ...
-
-
-@runtime_checkable
 class Extractor(Protocol):
     """Turns a finished conversation into candidate memories.
 

@@ -84,59 +84,6 @@ def test_forget_in_an_owner_chat_erases_the_text_from_search_export_and_disk(
         assert text.encode() not in on_disk, f"{text} is still in the store's files"
 
 
-def test_a_forgotten_memory_is_recognised_said_again_or_by_its_identifying_word(store):
-    """What recall leaves out (`memory.lifecycle.forgotten_words`): the memory said again,
-    or a word that gives it away alone; not its topic, not a short memory's one word."""
-    kept = MemoryItem(content="我的门禁密码是DOORab5521", scope=Scope.USER)
-    pin = MemoryItem(content="我的银行卡密码是PINxq8842", scope=Scope.USER)
-    cat = MemoryItem(content="猫", scope=Scope.USER)
-    moved = MemoryItem(content="2025年搬到了上海", scope=Scope.USER)
-    store.add_many([kept, pin, cat, moved])
-    for memory in (pin, cat, moved):
-        assert store.forget(memory.id)
-    said = {
-        "记住 我的银行卡密码是PINxq8842": True,
-        "好的，记住了：pinxq8842": True,
-        "我的银行卡密码是多少？": False,  # 15 of its 23 terms, and not the secret
-        "记住 我的门禁密码是DOORab5521": False,
-        "我家的猫很可爱": False,
-        "2025年我换了工作": False,  # a year gives nothing away alone
-        "我2025年搬到了上海": True,
-    }
-    assert dict(zip(said, store.carries_forgotten(list(said)), strict=True)) == said
-
-
-def test_fingerprints_made_under_two_secrets_are_both_recognised(store):
-    """Two processes of a server may each make a secret at once (they share no lock): each
-    fingerprint names its own, and a text is hashed under every one named."""
-    from memory.lifecycle.forgotten_words import ForgottenWords
-
-    first = MemoryItem(content="我的银行卡密码是PINxq8842", scope=Scope.USER)
-    store.add(first)
-    store.forget(first.id)
-    records = ForgottenWords(store.client).records()
-    records.add(ids=["secret:0"], embeddings=[[1.0]], metadatas=[{"kind": "secret", "key": "AA=="}])
-    second = MemoryItem(content="我的门禁密码是DOORab5521", scope=Scope.USER)
-    store.add(second)
-    store.forget(second.id)  # made under "secret:0", the first by id
-    assert store.carries_forgotten(["PINxq8842", "DOORab5521", "你好"]) == [True, True, False]
-
-
-@pytest.mark.services
-def test_every_client_of_a_server_recognises_what_another_forgot(chroma_server):
-    forgets = MemoryStore.connect(port=chroma_server)
-    recalls = MemoryStore.connect(port=chroma_server)  # another worker
-    try:
-        recalls.carries_forgotten(["你好"])  # before the forget: nothing to recognise yet
-        memory = MemoryItem(content="我的保险柜密码是VAULTzz3317", scope=Scope.USER)
-        forgets.add(memory)
-        assert forgets.forget(memory.id)
-        assert recalls.carries_forgotten(["好的：VAULTzz3317", "你好"]) == [True, False]
-    finally:
-        forgets.close()
-        recalls.close()
-
-
 def test_dont_forget_is_not_a_forget(store):
     chat(store, ManualExtractor(scope=Scope.USER), "记住 周五交报告", "别忘掉周五交报告")
     chat(store, ManualExtractor(scope=Scope.USER), "Don't forget that the report is due")

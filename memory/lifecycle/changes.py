@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from memory.items import MemoryItem
 from memory.lifecycle.duplicates import NEIGHBOURS, drop_duplicates
-from memory.lifecycle.forgotten_words import ForgottenWords
 from memory.lifecycle.history import History, HistoryEntry
 from memory.retrieval.aliases import drop_aliases, leave_alias
 from memory.retrieval.lexical import LexicalIndex
@@ -44,7 +43,6 @@ class Lifecycle:
     """Mixed into `MemoryStore`, which provides the members declared below."""
 
     _history: History
-    _forgotten_words: ForgottenWords
     _gate: Gate
     _documents: Documents
     _lexical: LexicalIndex
@@ -116,9 +114,7 @@ class Lifecycle:
 
         Search and export no longer see them, and in an embedded store the text
         is erased from the files too (`memory.storage.erasure`). An audit line (log
-        `cyrene.memory`, and a tombstone in its history) keeps id, scope and time; a
-        fingerprint of keyed hashes lets the loop keep the words out of what it shows again of
-        older messages (`memory.lifecycle.forgotten_words`).
+        `cyrene.memory`, and a tombstone in its history) keeps id, scope and time.
 
         Args:
             item_id: the memory's id (a superseded one's too).
@@ -145,7 +141,6 @@ class Lifecycle:
         older = [e.item for e in ancestry if e.item is not None and e.item_id not in restated]
         owners = {str(i.id): (i.scope.value, i.persona_id) for i in [subject, *older]}
         ids = builtins.list(owners)
-        self._forgotten_words.remember([subject, *older])
         if found is not None:
             found[0].delete(ids=[item_id])
         # The words they left as aliases go too, and any alias that pointed to them.
@@ -157,23 +152,6 @@ class Lifecycle:
                 "memory forgotten: id=%s scope=%s at=%.3f", forgotten, owners[forgotten][0], when
             )
         return True
-
-    @gated
-    def carries_forgotten(
-        self, texts: Sequence[str], ids: Sequence[str | None] | None = None
-    ) -> builtins.list[bool]:
-        """For each text, whether it carries the words of a forgotten memory (said again, or
-        an identifying word of it echoed: `memory.lifecycle.forgotten_words`), or is the
-        message a forgotten memory came from.
-
-        Args:
-            texts: e.g. archived messages about to be shown to the model again.
-            ids: the messages' ids, one per text (None: not messages, or no id).
-
-        Returns:
-            One flag per text, in order.
-        """
-        return self._forgotten_words.carried(texts, ids)
 
     @gated
     def history(self, item_id: str) -> builtins.list[HistoryEntry]:

@@ -35,7 +35,6 @@ from nodes.kernel.replies import unique_call_ids
 from nodes.kernel.text import as_data
 from nodes.kernel.transcript import current_round, is_hidden, latest_user_text
 from nodes.recall.block import recall_block
-from nodes.recall.forgotten import unforgotten_summary
 
 if TYPE_CHECKING:
     from nodes.core.loop import Loop
@@ -153,11 +152,8 @@ def assemble_view(
         )
         recalled = recall_block(loop, env, config, archived, query, describe)
         memory = "\n\n".join(b for b in (memory_block(loop, env, persona_id, query), recalled) if b)
-    # What the view shows of the summary leaves out a forgotten memory's words; the
-    # estimate (no memory) counts it whole.
-    shown = unforgotten_summary(loop, summary) if with_memory else summary
     blocks = round_blocks(
-        loop, persona_id, working_memory=working_memory, memory=memory, summary=shown
+        loop, persona_id, working_memory=working_memory, memory=memory, summary=summary
     )
     settings = loop.feature(ModelView)
     attribution = attribute_conversation(

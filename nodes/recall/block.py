@@ -5,8 +5,7 @@ latest user text, takes the best hits that fit `ConversationRecall.max_tokens`, 
 shows them oldest first, each as `- [date speaker] text`, the text one line of data
 (`nodes.kernel.text.as_data`): what someone said once cannot start a line of the
 loop's system text. The view puts the block after the memory block, under the same
-restricted marker when the view is a group's or a stranger's. A message that carries a
-forgotten memory's words is left out (`nodes.recall.forgotten`); the archive keeps it.
+restricted marker when the view is a group's or a stranger's.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from nodes.kernel.compat import checkpointer_of, graph_namespace
 from nodes.kernel.messages import message_text
 from nodes.kernel.run_config import thread_id
 from nodes.kernel.text import as_data
-from nodes.recall.forgotten import carry_forgotten
 from nodes.recall.index import SESSION_INDEXES, Recalled
 from nodes.recall.settings import ConversationRecall
 
@@ -68,10 +66,6 @@ def recall_block(
     thread = (str(thread_id(config)), graph_namespace(config))
     index = SESSION_INDEXES.of(archive, thread, archived)
     hits = index.search(query, restricted=env.restricted, n=CANDIDATES)
-    forgotten = carry_forgotten(
-        loop, [message_text(hit.message) for hit in hits], [hit.message.id for hit in hits]
-    )
-    hits = [hit for hit, gone in zip(hits, forgotten, strict=True) if not gone]
     speaker = partial(speaker_of, current=loop.persona_for(env), describe=describe)
     return format_recall(hits, budget, restricted=env.restricted, speaker=speaker, zone=loop.zone)
 
