@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from graph import Compaction, SessionEnv, build_graph, open_checkpointer
+from graph import Compaction, ConversationRecall, SessionEnv, build_graph, open_checkpointer
 from nodes.boundary.admission import Trusted
 from nodes.compaction import summary
 from nodes.compaction.summary import LLMCompactor, plan_cut
@@ -48,7 +48,12 @@ def run(messages, budget, compactor=None, **overrides):
             make_config(
                 model,
                 **overrides,
-                features=[Compaction(max_context_tokens=budget, compactor=compactor)],
+                # Recall off: like the memory block, its block is outside the budget, and
+                # the round that archives can recall at once (tests/test_conversation_recall.py).
+                features=[
+                    Compaction(max_context_tokens=budget, compactor=compactor),
+                    ConversationRecall(max_tokens=0),
+                ],
             ),
             saver,
         )
