@@ -124,6 +124,21 @@ class PrunesExtractions(Protocol):
 
 
 @runtime_checkable
+class KnowsForgottenTurns(Protocol):
+    """The optional part of a `MemoryBackend` that names the turns forgotten memories came from.
+
+    The model's view leaves out every message of such a turn, live or recalled
+    (`nodes.context.forgotten`); the transcript keeps them. A backend without it
+    leaves the view as it is.
+    """
+
+    def forgotten_turns(self) -> frozenset[str]:
+        """The ids of the human messages that opened turns whose memories were forgotten:
+        asked every round, so it must be cheap (cached)."""
+        ...
+
+
+@runtime_checkable
 class Extractor(Protocol):
     """Turns a finished conversation into candidate memories.
 

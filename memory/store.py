@@ -27,7 +27,7 @@ from memory.embedding import MultilingualEmbedding
 from memory.errors import MemoryStoreError, MemoryWriteError
 from memory.items import MemoryItem, require_owner
 from memory.lifecycle.changes import Lifecycle
-from memory.lifecycle.history import History
+from memory.lifecycle.history import ForgottenTurns, History
 from memory.retrieval.lexical import LexicalIndex
 from memory.retrieval.ranking import MIN_RELEVANCE, Decay, Fusion
 from memory.retrieval.search import Search
@@ -100,6 +100,7 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         # The same dict, cleared in place: a lifecycle step drops a bucket a writer just made.
         self._missing = self._buckets.missing
         self._history = History(client, self._documents)
+        self._forgotten_turns = ForgottenTurns(self._history)
         # A search reads at most three buckets: the persona's, user and project.
         self._bucket_pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="cyrene-memory")
         # Re-embed before the layout migration, which copies stored vectors as they are.

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from memory.items import MemoryItem
 from memory.lifecycle.duplicates import NEIGHBOURS, drop_duplicates
-from memory.lifecycle.history import History, HistoryEntry
+from memory.lifecycle.history import ForgottenTurns, History, HistoryEntry
 from memory.retrieval.aliases import drop_aliases, leave_alias
 from memory.retrieval.lexical import LexicalIndex
 from memory.storage.erasure import Gate, exclusively, gated
@@ -43,6 +43,7 @@ class Lifecycle:
     """Mixed into `MemoryStore`, which provides the members declared below."""
 
     _history: History
+    _forgotten_turns: ForgottenTurns
     _gate: Gate
     _documents: Documents
     _lexical: LexicalIndex
@@ -114,7 +115,8 @@ class Lifecycle:
 
         Search and export no longer see them, and in an embedded store the text
         is erased from the files too (`memory.storage.erasure`). An audit line (log
-        `cyrene.memory`, and a tombstone in its history) keeps id, scope and time.
+        `cyrene.memory`, and a tombstone in its history) keeps id, scope and time, and
+        the tombstone the id of the message each came from (`forgotten_turns`).
 
         Args:
             item_id: the memory's id (a superseded one's too).
@@ -145,13 +147,22 @@ class Lifecycle:
             found[0].delete(ids=[item_id])
         # The words they left as aliases go too, and any alias that pointed to them.
         words = list(dict.fromkeys(w for c in self._stored() for w in drop_aliases(c, ids)))
-        self._history.forgotten(ids, owners, when)
+        sources = {str(i.id): i.source.message_id for i in [subject, *older]}
+        self._history.forgotten(ids, owners, when, sources)
+        self._forgotten_turns.changed()
         self._erase([*ids, *words])
         for forgotten in ids:
             log.info(
                 "memory forgotten: id=%s scope=%s at=%.3f", forgotten, owners[forgotten][0], when
             )
         return True
+
+    @gated
+    def forgotten_turns(self) -> frozenset[str]:
+        """The ids of the messages that opened turns whose memories were forgotten
+        (`memory.protocols.KnowsForgottenTurns`): the model's view leaves those turns out.
+        Cached: read again when a forget here or the history's record count says so."""
+        return self._forgotten_turns.read()
 
     @gated
     def history(self, item_id: str) -> builtins.list[HistoryEntry]:

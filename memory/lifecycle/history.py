@@ -4,7 +4,9 @@ A superseded memory leaves its bucket, so search never finds it and the
 memory block never shows it again, and is kept here, whole, with
 `superseded_at` and `superseded_by` (Graphiti keeps a contradicted fact with
 `invalid_at` the same way; mem0 keeps a history table). A forgotten memory
-leaves only a tombstone: its id, scope, persona and time, never its text.
+leaves only a tombstone: its id, scope, persona and time, never its text, and the id
+of the message it was extracted from (`Source.message_id`), so the model's view can leave
+that turn out (`ForgottenTurns`).
 Forgetting a memory forgets the memories it replaced too, so "forget that"
 leaves no older wording of the fact behind.
 
@@ -16,7 +18,9 @@ memory id, read by id and by `superseded_by`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -33,6 +37,11 @@ _POINT: list[Sequence[float]] = [[1.0]]
 State = Literal["live", "superseded", "forgotten"]
 _SUPERSEDED: State = "superseded"
 _FORGOTTEN: State = "forgotten"
+_SOURCE = "source_message_id"
+CHECK_INTERVAL = 1.0
+"""Seconds between `ForgottenTurns`' cheap checks for another process's forgets."""
+TURNS_MAX_AGE = 30.0
+"""Seconds `ForgottenTurns` trusts its cheap check before it reads the tombstones again."""
 
 
 @dataclass(frozen=True)
@@ -92,9 +101,14 @@ class History:
         )
 
     def forgotten(
-        self, ids: list[str], scopes: Mapping[str, tuple[str, str | None]], at: float
+        self,
+        ids: list[str],
+        scopes: Mapping[str, tuple[str, str | None]],
+        at: float,
+        sources: Mapping[str, str | None],
     ) -> None:
-        """Tombstones for these ids (scope and persona from `scopes`): the text goes.
+        """Tombstones for these ids (scope and persona from `scopes`, the id of the message
+        each came from in `sources`): the text goes.
 
         A kept record is deleted before its tombstone is written, since an
         upsert without a document would keep the old one.
@@ -108,10 +122,19 @@ class History:
                 "at": at,
                 "scope": scopes[i][0],
                 **({"persona_id": scopes[i][1]} if scopes[i][1] else {}),
+                **({_SOURCE: source} if (source := sources.get(i)) else {}),
             }
             for i in ids
         ]
         self.records().add(ids=ids, embeddings=_POINT * len(ids), metadatas=metas)
+
+    def forgotten_sources(self) -> frozenset[str]:
+        """The message ids forgotten memories were extracted from (one read of the tombstones)."""
+        collection = self.existing()
+        if collection is None:
+            return frozenset()
+        got = collection.get(where={"state": _FORGOTTEN}, include=["metadatas"])
+        return frozenset(str(m[_SOURCE]) for m in got["metadatas"] or [] if m and m.get(_SOURCE))
 
     def entry(self, item_id: str) -> HistoryEntry | None:
         return self.entries([item_id]).get(item_id)
@@ -162,3 +185,46 @@ def _entry(got: Mapping[str, Any], n: int, text: str | None) -> HistoryEntry:
         superseded_by=meta.get("superseded_by"),
         scope=meta.get("scope"),
     )
+
+
+class ForgottenTurns:
+    """`History.forgotten_sources`, read again only when the history may have changed.
+
+    Asked several times a round, so most asks cost a clock read. This process's forgets
+    say so at once (`changed`). Another process's (a Chroma server's other workers) shows
+    in the history collection's record count, looked at once every `CHECK_INTERVAL`
+    seconds: a count holds the interpreter for ~0.5 ms. A forget of memories that all had
+    history records already (superseded ones) leaves the count as it was, so the
+    tombstones are read again after `TURNS_MAX_AGE` seconds whatever the count says.
+    """
+
+    def __init__(self, history: History, clock: Callable[[], float] = time.monotonic) -> None:
+        self._history = history
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._changes = 0
+        self._checked: tuple[int, float] | None = None  # changes and time of the last check
+        self._seen: tuple[int, int] | None = None
+        self._read_at = 0.0
+        self._turns: frozenset[str] = frozenset()
+
+    def changed(self) -> None:
+        with self._lock:
+            self._changes += 1
+
+    def read(self) -> frozenset[str]:
+        with self._lock:
+            now = self._clock()
+            if self._checked is not None:
+                changes, at = self._checked
+                if changes == self._changes and now - at < CHECK_INTERVAL:
+                    return self._turns
+            self._checked = (self._changes, now)
+            collection = self._history.existing()
+            if collection is None:
+                return self._turns
+            mark = (self._changes, collection.count())
+            if mark != self._seen or now - self._read_at >= TURNS_MAX_AGE:
+                self._turns = self._history.forgotten_sources()
+                self._seen, self._read_at = mark, now
+            return self._turns

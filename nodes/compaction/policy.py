@@ -44,15 +44,18 @@ from nodes.compaction.summary import (
 )
 from nodes.context.assemble import round_blocks, view_blocks, view_of_state, visible_conversation
 from nodes.context.attribution import Speaker, describe_speaker, role_declaration, speaker_note
+from nodes.context.forgotten import forgotten_turns
 from nodes.context.layout import system_messages
 from nodes.core.env import SessionEnv
 from nodes.core.policy import CallModel, CallSteps, ModelCall, Round, RoundPolicy
 from nodes.core.stages import COMPACT, Stages
 from nodes.core.state import ArchiveMark, LoopState, Summary, turn_of, uncovered_start
 from nodes.kernel.compat import checkpointer_of, graph_namespace
+from nodes.kernel.messages import last_human
 from nodes.kernel.run_config import thread_id
 from nodes.kernel.sanitize import MAX_NAME_CHARS
 from nodes.kernel.steps import Work
+from nodes.kernel.transcript import without_turns
 from nodes.token_accounting.aside import add_aside, measured
 from nodes.token_accounting.state import TokenUsageState
 
@@ -113,12 +116,18 @@ def summarised(
         display_name=loop.display_name,
     )
     previous = summary["text"] if summary else None
+    # A forgotten turn's words go into no new summary (a summary written before stays).
+    earlier = last_human(messages[:start])
+    folded = without_turns(
+        messages[start:cut],
+        forgotten_turns(loop) or frozenset(),
+        opener=earlier.id if earlier is not None else None,
+        answering=False,
+    )
     if count is approximate_tokens and isinstance(compactor, StructuralCompactor):
         compactor = replace(compactor, wide_tokens=1 / CHARS_PER_TOKEN)  # the budget's units
     try:
-        text = compactor.compact(
-            messages[start:cut], previous, int(budget * SUMMARY_SHARE), describe
-        )
+        text = compactor.compact(folded, previous, int(budget * SUMMARY_SHARE), describe)
     except Exception:
         log.exception("compactor failed; this round goes on uncompacted")
         return None
@@ -159,7 +168,8 @@ def over_budget(
     view holds, plus the role declaration and the longest speaker note before every
     message), and only when the bound passes it, the view itself."""
     persona_id = loop.persona_for(env)
-    conversation = visible_conversation(state["messages"], state.get("summary"))
+    forgotten = forgotten_turns(loop) or frozenset()
+    conversation = visible_conversation(state["messages"], state.get("summary"), forgotten)
     blocks = round_blocks(
         loop, persona_id, working_memory=state.get("working_memory"), summary=state.get("summary")
     )

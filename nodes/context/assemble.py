@@ -14,7 +14,7 @@ transcript.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING
@@ -26,14 +26,16 @@ from langchain_core.runnables import RunnableConfig
 from memory.retrieval.block import format_memory_block
 from nodes.context.attribution import attribute_conversation, describe_speaker, speaker_label
 from nodes.context.encoding import encode_for_provider, without_unsafe_names
+from nodes.context.forgotten import forgotten_turns, window_opener
 from nodes.context.layout import LAYOUTS, Blocks
 from nodes.context.settings import ModelView
 from nodes.context.summary import summary_message
 from nodes.core.env import SessionEnv
 from nodes.core.state import LoopState, Summary, uncovered_start
+from nodes.kernel.messages import last_human
 from nodes.kernel.replies import unique_call_ids
 from nodes.kernel.text import as_data
-from nodes.kernel.transcript import current_round, is_hidden, latest_user_text
+from nodes.kernel.transcript import current_round, is_hidden, latest_user_text, without_turns
 from nodes.recall.block import recall_block
 
 if TYPE_CHECKING:
@@ -117,10 +119,20 @@ def persona_cast(loop: Loop) -> str:
 
 
 def visible_conversation(
-    messages: Sequence[BaseMessage], summary: Summary | None
+    messages: Sequence[BaseMessage],
+    summary: Summary | None,
+    forgotten: Set[str] = frozenset(),
+    *,
+    opener: str | None = None,
 ) -> list[BaseMessage]:
-    """What the model still sees verbatim: after the summary, minus guard-hidden messages."""
-    return [m for m in messages[uncovered_start(messages, summary) :] if not is_hidden(m)]
+    """What the model still sees verbatim: after the summary, minus guard-hidden messages and
+    the turns `forgotten` opened (`nodes.context.forgotten`; `opener`: the archived opening
+    of the turn `messages` start in)."""
+    start = uncovered_start(messages, summary)
+    earlier = last_human(messages[:start]) if forgotten else None
+    opening = earlier.id if earlier is not None else opener
+    window = without_turns(messages[start:], forgotten, opener=opening)
+    return [m for m in window if not is_hidden(m)]
 
 
 def assemble_view(
@@ -141,7 +153,11 @@ def assemble_view(
     run's `config` and the session's `archived` count, the memory block also recalls the
     archived conversation (`nodes.recall`)."""
     persona_id = loop.persona_for(env)
-    conversation = unique_call_ids(visible_conversation(messages, summary))
+    forgotten = forgotten_turns(loop)
+    opener = window_opener(loop, config, archived, messages, forgotten)
+    conversation = unique_call_ids(
+        visible_conversation(messages, summary, forgotten or frozenset(), opener=opener)
+    )
     memory = ""
     if with_memory:
         query = latest_user_text(conversation)
@@ -150,7 +166,7 @@ def assemble_view(
         describe = partial(
             describe_speaker, restricted=True, current=persona_id, display_name=loop.display_name
         )
-        recalled = recall_block(loop, env, config, archived, query, describe)
+        recalled = recall_block(loop, env, config, archived, query, describe, forgotten)
         memory = "\n\n".join(b for b in (memory_block(loop, env, persona_id, query), recalled) if b)
     blocks = round_blocks(
         loop, persona_id, working_memory=working_memory, memory=memory, summary=summary

@@ -5,7 +5,7 @@ transcript instead of keeping counters that could drift from it — where the
 current turn starts, which round it is in, which tool calls are unanswered.
 """
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -78,6 +78,34 @@ def said_at(message: BaseMessage) -> datetime | None:
         return datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
     except ValueError:
         return None
+
+
+def without_turns(
+    messages: Sequence[MessageT],
+    opened_by: Set[str],
+    *,
+    opener: str | None = None,
+    answering: bool = True,
+) -> list[MessageT]:
+    """`messages` minus every turn a human message of `opened_by` opened: that message and
+    all after it up to the next human message (replies, tool calls and their results go
+    together, so no call loses its result). `opener`: the id of the human message that
+    opened the turn `messages` start in, when they start inside one. `answering`: the
+    last turn is the one being answered, and stays."""
+    if not opened_by:
+        return list(messages)
+    openings = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage)]
+    if answering and not openings:  # all of it is the turn being answered
+        return list(messages)
+    current = openings[-1] if answering else -1
+    dropping = opener is not None and opener in opened_by
+    kept: list[MessageT] = []
+    for i, message in enumerate(messages):
+        if isinstance(message, HumanMessage):
+            dropping = i != current and message.id in opened_by
+        if not dropping:
+            kept.append(message)
+    return kept
 
 
 def turn_start(messages: Sequence[BaseMessage]) -> int:

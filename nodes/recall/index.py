@@ -67,6 +67,8 @@ class Recalled:
     message: BaseMessage
     when: datetime | None
     """When it was said: its own date, else its turn's (a reply is said in its turn)."""
+    turn: str | None
+    """The id of the human message that opened its turn (None: before the first one)."""
 
 
 class SessionIndex:
@@ -79,6 +81,7 @@ class SessionIndex:
         self._found: dict[str, Recalled] = {}
         self._when: datetime | None = None  # the date of the last dated message read
         self._bucket = OWNER  # the bucket of the last human message read
+        self._turn: str | None = None  # the id of the last human message read
         self._previous: dict[str, str] = {}  # the last message read, by its bucket
         self._lock = threading.Lock()
 
@@ -96,11 +99,12 @@ class SessionIndex:
             self._when = said_at(message) or self._when
             if isinstance(message, HumanMessage):
                 self._bucket = RESTRICTED if said_in_restricted(message) else OWNER
+                self._turn = message.id
             text = message_text(message).strip()
             if not isinstance(message, HumanMessage | AIMessage) or is_hidden(message) or not text:
                 continue  # tool results, system notes, blocked and empty messages
             key = str(position)
-            self._found[key] = Recalled(position, message, self._when)
+            self._found[key] = Recalled(position, message, self._when, self._turn)
             ids, texts = kept[self._bucket]
             ids.append(key)
             # Indexed with the message before it, when of the same bucket: an answer often

@@ -1,0 +1,88 @@
+"""The turns whose memories the owner forgot: the model's view leaves them out.
+
+A memory extracted in a turn carries the id of the human message that opened it
+(`memory.items.Source.message_id`); a forget keeps that id on the tombstone, and a
+store that `KnowsForgottenTurns` names them. Every message of such a turn (the
+opening, the replies, tool calls and results) stays in the transcript and out of the
+view: out of the live window (`nodes.context.assemble.visible_conversation`) and out
+of conversation recall (`nodes.recall.block`). By ids only: nothing of the forgotten
+words is kept to match them with, since any recogniser of a short forgotten text
+(a PIN, a name) is a way to recover it.
+
+When the store fails to answer, the round goes on: the live window is shown whole (it
+is what the model answers; leaving it out would break the turn), and conversation
+recall is left out for that round (it is an extra, and the archive is where most
+forgotten turns are).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+
+from memory.protocols import KnowsForgottenTurns
+from nodes.kernel.compat import checkpointer_of, graph_namespace
+from nodes.kernel.messages import last_human
+from nodes.kernel.run_config import thread_id
+
+if TYPE_CHECKING:
+    from nodes.core.loop import Loop
+
+log = logging.getLogger("cyrene.context")
+
+ARCHIVE_PAGE = 50
+"""Archived messages read at a time, newest first, for the opening of the turn the live
+window starts in."""
+
+
+def forgotten_turns(loop: Loop) -> frozenset[str] | None:
+    """The ids of the human messages that opened forgotten turns ({} when the store names
+    none, or cannot), or None when the store failed to answer (logged)."""
+    store = loop.config.memory
+    if not isinstance(store, KnowsForgottenTurns):
+        return frozenset()
+    try:
+        return store.forgotten_turns()
+    except Exception:
+        log.exception("reading the forgotten turns failed; this round shows no recall")
+        return None
+
+
+def window_opener(
+    loop: Loop,
+    config: RunnableConfig | None,
+    archived: int,
+    messages: Sequence[BaseMessage],
+    forgotten: frozenset[str] | None,
+) -> str | None:
+    """The id of the human message that opened the turn the session's window `messages`
+    starts in, when compaction cut inside that turn and archived its opening (None: the
+    window starts a turn, no turn is forgotten, or the archive cannot say; logged)."""
+    if not forgotten or not messages or isinstance(messages[0], HumanMessage):
+        return None
+    try:
+        return archived_opener(loop, config, archived)
+    except Exception:
+        log.exception("reading the archive for the window's opening failed; it stays in view")
+        return None
+
+
+def archived_opener(loop: Loop, config: RunnableConfig | None, archived: int) -> str | None:
+    """The id of the last archived human message (None: none, or no archive)."""
+    saver = checkpointer_of(config)
+    archive = loop.archives(saver) if saver is not None and archived else None
+    if archive is None:
+        return None
+    thread = (str(thread_id(config)), graph_namespace(config))
+    stop = archived
+    while stop > 0:
+        start = max(0, stop - ARCHIVE_PAGE)
+        human = last_human(archive.read(thread, start, stop))
+        if human is not None:
+            return human.id
+        stop = start
+    return None

@@ -1,0 +1,263 @@
+"""A forgotten memory's turn leaves the model's view: the turn an extracted memory came
+from (its opening, the reply that echoed it, its tool round) is in no later request, from
+the live window or through conversation recall; by ids, never by the words. The
+transcript keeps it; other turns and other sessions are shown as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import chromadb
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from graph import (
+    Compaction,
+    ConversationRecall,
+    ManualExtractor,
+    build_graph,
+    open_checkpointer,
+    wait_for_extractions,
+)
+from memory import MemoryItem, MemoryStore
+from memory.embedding import HashingEmbedding
+from memory.items import Source
+from memory.lifecycle import history
+from memory.lifecycle.history import HISTORY_COLLECTION, ForgottenTurns, History
+from nodes.kernel.messages import message_text
+from nodes.kernel.transcript import without_turns
+from tests.boundary_support import EndlessModel
+from tests.conftest import make_config, thread
+from tests.payload_checks import payload_problems
+from tests.scripted import Request, call, tool_calls
+from tests.test_conversation_recall import (
+    BUDGET,
+    GROUP,
+    asked,
+    imported,
+    recalled_lines,
+    with_fact,
+)
+
+SECRET = "4821"
+FACT = f"记住 我的银行卡密码是{SECRET}"
+NEIGHBOUR = "我妹妹三月去大理学陶艺了，她说那里的苍山很美。"
+
+
+class EchoModel(EndlessModel):
+    """Echoes what it is asked to remember, up to its first 。 ("好的，记住了：…"), asks for the time with a tool
+    when the turn mentions 几点, and answers 好 otherwise; records every request."""
+
+    def _next(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> AIMessage:
+        with self._lock:
+            self._requests.append(Request(list(messages), dict(kwargs)))
+        last = [m for m in messages if not isinstance(m, SystemMessage)][-1]
+        said = message_text(last)
+        if isinstance(last, ToolMessage):
+            return AIMessage(f"现在是{said}。")
+        if "几点" in said:
+            return tool_calls(call("get_time", f"t{len(self._requests)}"))
+        if "记住" in said:
+            return AIMessage("好的，记住了：" + said.split("记住", 1)[1].split("。")[0].strip())
+        return AIMessage("好")
+
+
+def graph_with(model, store, saver, budget: int = BUDGET):
+    config = make_config(
+        model,
+        memory=store,
+        extractor=ManualExtractor(),
+        features=[Compaction(max_context_tokens=budget), ConversationRecall()],
+    )
+    return build_graph(config, saver)
+
+
+def said(graph, text: str, name: str = "owner") -> None:
+    graph.invoke({"messages": [HumanMessage(text)]}, thread(name))
+    assert wait_for_extractions(30)
+
+
+def extracted(store) -> str:
+    """The id of the one memory holding `SECRET`, which an extraction made."""
+    (memory,) = [m for m in store.list() if SECRET in m.content]
+    assert memory.source.message_id, "an extracted memory names the message it came from"
+    return str(memory.id)
+
+
+def sent(model) -> str:
+    return "\n".join(message_text(m) for m in model.requests[-1].messages)
+
+
+def test_an_archived_forgotten_turn_does_not_come_back_through_recall(tmp_path):
+    model = EchoModel()
+    with MemoryStore.open(tmp_path / "memory") as store, open_checkpointer("memory") as saver:
+        graph = graph_with(model, store, saver)
+        said(graph, FACT)
+        imported(graph, "owner", with_fact(NEIGHBOUR, at=0))
+        assert store.forget(extracted(store))
+        view = asked(graph, model, "owner", "我的银行卡密码是多少？记住了吗")
+        assert SECRET not in view
+        view = asked(graph, model, "owner", "我妹妹去大理学什么了？")
+        assert any(NEIGHBOUR in line for line in recalled_lines(view)), "the next turn is recalled"
+        messages = graph.get_state(thread("owner")).values["messages"]
+    assert all(SECRET not in message_text(m) for m in messages), "archived, not in the window"
+
+
+def test_a_forgotten_turn_in_the_live_window_is_not_sent_again(tmp_path):
+    model = EchoModel()
+    with MemoryStore.open(tmp_path / "memory") as store, open_checkpointer("memory") as saver:
+        graph = graph_with(model, store, saver, budget=100_000)
+        said(graph, FACT)
+        said(graph, NEIGHBOUR)
+        said(graph, "忘掉 我的银行卡密码")
+        assert not [m for m in store.list() if SECRET in m.content], "the chat forgot it"
+        said(graph, "我的银行卡密码是多少？")
+        transcript = graph.get_state(thread("owner")).values["messages"]
+    assert SECRET not in sent(model)
+    assert NEIGHBOUR in sent(model)
+    assert sum(SECRET in message_text(m) for m in transcript) == 2, "the transcript keeps it"
+
+
+def test_a_summary_written_after_the_forget_leaves_the_turn_out(tmp_path):
+    model = EchoModel()
+    with MemoryStore.open(tmp_path / "memory") as store, open_checkpointer("memory") as saver:
+        graph = graph_with(model, store, saver)
+        for n in range(22):
+            said(graph, f"第{n}句闲聊，今天天气很好，吃了面条。")
+            if n == 9:
+                said(graph, FACT)
+                assert store.forget(extracted(store))
+        summary = graph.get_state(thread("owner")).values["summary"]["text"]
+    assert "第9句闲聊" in summary and "第10句闲聊" in summary
+    assert SECRET not in summary
+
+
+def test_a_window_that_starts_inside_a_forgotten_turn_leaves_its_rest_out(tmp_path):
+    """Compaction may cut inside a turn: the opening is archived, the echo still in the
+    window; the archive names the turn the window starts in, and the echo stays out."""
+    model = EchoModel()
+    with MemoryStore.open(tmp_path / "memory") as store, open_checkpointer("memory") as saver:
+        graph = graph_with(model, store, saver)
+        said(graph, f"{FACT}。" + "这件事很重要" * 180)
+        for n in range(6):
+            said(graph, f"第{n}句闲聊，今天天气很好")
+        window = graph.get_state(thread("owner")).values["messages"]
+        assert isinstance(window[0], AIMessage) and SECRET in message_text(window[0])
+        assert store.forget(extracted(store))
+        said(graph, "我的银行卡密码是多少？")
+    # The summary written before the forget still holds the opening (docs/memory.md).
+    assert "好的，记住了" not in sent(model)
+    assert "第5句闲聊" in sent(model)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_forgotten_turn_with_a_tool_round_leaves_a_valid_request(tmp_path, provider):
+    model = EchoModel(provider=provider)
+    with MemoryStore.open(tmp_path / "memory") as store, open_checkpointer("memory") as saver:
+        graph = graph_with(model, store, saver, budget=100_000)
+        said(graph, f"{FACT}，顺便看看现在几点")
+        said(graph, "现在几点了？")
+        assert store.forget(extracted(store))
+        said(graph, "我的银行卡密码是多少？")
+    view = model.requests[-1].messages
+    assert SECRET not in sent(model)
+    assert sum(isinstance(m, ToolMessage) for m in view) == 1, "the neighbour's tool round stays"
+    assert payload_problems(provider, view) == []
+
+
+def test_a_group_session_is_unaffected_by_an_owner_s_forget(tmp_path):
+    model = EchoModel()
+    with MemoryStore.open(tmp_path / "memory") as store, open_checkpointer("memory") as saver:
+        graph = graph_with(model, store, saver, budget=100_000)
+        graph.invoke(
+            {"messages": [HumanMessage("大家周末去爬山吧", name="小明")]},
+            thread("group"),
+            context=GROUP,
+        )
+        said(graph, FACT)
+        assert store.forget(extracted(store))
+        group = asked(graph, model, "group", "周末去哪里？", GROUP)
+        owner = asked(graph, model, "owner", "我的银行卡密码是多少？")
+    assert "大家周末去爬山吧" in group
+    assert SECRET not in owner
+
+
+def test_a_store_that_fails_to_name_forgotten_turns_fails_no_turn(tmp_path, monkeypatch):
+    """The live window is shown whole, and recall is left out for the round (fail open for
+    what the model answers, closed for the extra)."""
+    model = EchoModel()
+    with MemoryStore.open(tmp_path / "memory") as store, open_checkpointer("memory") as saver:
+        graph = graph_with(model, store, saver)
+        said(graph, NEIGHBOUR)
+        imported(graph, "owner", with_fact(NEIGHBOUR, at=0))
+        assert any(
+            NEIGHBOUR in line for line in recalled_lines(asked(graph, model, "owner", "大理"))
+        )
+
+        def broken() -> frozenset[str]:
+            raise RuntimeError("the store is down")
+
+        monkeypatch.setattr(store, "forgotten_turns", broken)
+        view = asked(graph, model, "owner", "我妹妹去大理学什么了？")
+        reply = graph.get_state(thread("owner")).values["messages"][-1]
+    assert recalled_lines(view) == []
+    assert "我妹妹去大理学什么了？" in view
+    assert isinstance(reply, AIMessage) and message_text(reply) == "好"
+
+
+def test_the_tombstone_names_the_turns_of_the_memory_and_what_it_replaced(tmp_path, monkeypatch):
+    monkeypatch.setattr(history, "CHECK_INTERVAL", 0.0)  # the worker looks at every ask
+    client = chromadb.PersistentClient(path=str(tmp_path / "memory"))
+    store, worker = (MemoryStore(client, embedding_function=HashingEmbedding()) for _ in "ab")
+    first = MemoryItem(content=f"我的银行卡密码是{SECRET}", source=Source(message_id="m1"))
+    old = store.add(first)
+    assert worker.forgotten_turns() == frozenset()
+    store.supersede(old, MemoryItem(content="我的银行卡密码是9902", source=Source(message_id="m2")))
+    (new,) = [m.id for m in store.list()]
+    assert worker.forgotten_turns() == frozenset(), "a supersede forgets nothing"
+    assert store.forget(str(new))
+    assert store.forgotten_turns() == {"m1", "m2"}
+    assert worker.forgotten_turns() == {"m1", "m2"}, "another worker sees it by the count"
+    tombstones = client.get_collection(HISTORY_COLLECTION).get(include=["documents", "metadatas"])
+    assert tombstones["documents"] == [None, None]
+    keys = {k for meta in tombstones["metadatas"] for k in meta}
+    assert keys <= {"state", "at", "scope", "persona_id", "source_message_id"}
+
+
+def test_another_worker_s_forget_is_seen_within_the_check_interval(tmp_path):
+    """A round asks several times; the history's count is looked at once a `CHECK_INTERVAL`,
+    and this process's own forget is seen at once."""
+    client = chromadb.PersistentClient(path=str(tmp_path / "memory"))
+    store, worker = (MemoryStore(client, embedding_function=HashingEmbedding()) for _ in "ab")
+    now = [0.0]
+    turns = ForgottenTurns(History(client, worker._documents), clock=lambda: now[0])
+    kept = store.add(MemoryItem(content="我妹妹叫王小丫", source=Source(message_id="m0")))
+    gone = store.add(
+        MemoryItem(content=f"我的银行卡密码是{SECRET}", source=Source(message_id="m1"))
+    )
+    store.forget(kept)  # the history now exists, and the check has something to count
+    assert turns.read() == {"m0"}
+    assert store.forget(gone)
+    assert store.forgotten_turns() == {"m0", "m1"}, "its own forget, at once"
+    now[0] += history.CHECK_INTERVAL / 2
+    assert turns.read() == {"m0"}, "no count between checks"
+    now[0] += history.CHECK_INTERVAL / 2
+    assert turns.read() == {"m0", "m1"}
+
+
+def test_without_turns_drops_whole_turns_and_keeps_the_one_being_answered():
+    window = [
+        AIMessage("上一轮的回复"),
+        HumanMessage("a", id="a"),
+        AIMessage("", tool_calls=[{"name": "get_time", "args": {}, "id": "c1"}]),
+        ToolMessage("08:30", tool_call_id="c1"),
+        AIMessage("回复a"),
+        HumanMessage("b", id="b"),
+        AIMessage("回复b"),
+        HumanMessage("c", id="c"),
+    ]
+    kept = without_turns(window, {"a", "c", "x"}, opener="x")
+    assert [message_text(m) for m in kept] == ["b", "回复b", "c"]
+    folded = without_turns(window[:7], {"b"}, answering=False)
+    assert [message_text(m) for m in folded][-1] == "回复a"
