@@ -17,9 +17,10 @@ forgotten turns are).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -43,13 +44,20 @@ def forgotten_turns(loop: Loop) -> frozenset[str] | None:
     """The ids of the human messages that opened forgotten turns ({} when the store names
     none, or cannot), or None when the store failed to answer (logged)."""
     store = loop.config.memory
-    if not isinstance(store, KnowsForgottenTurns):
+    if store is None or not names_forgotten_turns(type(store)):
         return frozenset()
     try:
-        return store.forgotten_turns()
+        return cast(KnowsForgottenTurns, store).forgotten_turns()
     except Exception:
         log.exception("reading the forgotten turns failed; this round shows no recall")
         return None
+
+
+@functools.cache
+def names_forgotten_turns(kind: type) -> bool:
+    """Whether stores of this type are `KnowsForgottenTurns`, worked out once per type: the
+    protocol's own check costs ~45 µs, and a round asks two or three times."""
+    return issubclass(kind, KnowsForgottenTurns)
 
 
 def window_opener(
