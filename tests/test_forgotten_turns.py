@@ -183,6 +183,22 @@ def test_a_group_session_is_unaffected_by_an_owner_s_forget(tmp_path):
     assert SECRET not in owner
 
 
+def test_a_forget_leaves_another_session_s_turn_of_the_same_message_id_in_view(tmp_path):
+    """Callers may number messages per chat (the README's quickstart says id="m1"): a forget
+    hides the turn of the session the memory was said in, not every turn with that id."""
+    model = EchoModel()
+    with MemoryStore.open(tmp_path / "memory") as store, open_checkpointer("memory") as saver:
+        graph = graph_with(model, store, saver, budget=100_000)
+        graph.invoke({"messages": [HumanMessage(FACT, id="m1")]}, thread("a"))
+        graph.invoke({"messages": [HumanMessage(NEIGHBOUR, id="m1")]}, thread("b"))
+        assert wait_for_extractions(30)
+        assert store.forget(extracted(store))
+        other = asked(graph, model, "b", "我妹妹去哪了？")
+        mine = asked(graph, model, "a", "我的银行卡密码是多少？")
+    assert NEIGHBOUR in other
+    assert SECRET not in mine
+
+
 def test_a_store_that_fails_to_name_forgotten_turns_fails_no_turn(tmp_path, monkeypatch):
     """The live window is shown whole, and recall is left out for the round (fail open for
     what the model answers, closed for the extra)."""
@@ -195,7 +211,7 @@ def test_a_store_that_fails_to_name_forgotten_turns_fails_no_turn(tmp_path, monk
             NEIGHBOUR in line for line in recalled_lines(asked(graph, model, "owner", "大理"))
         )
 
-        def broken() -> frozenset[str]:
+        def broken(session_id: str | None) -> frozenset[str]:
             raise RuntimeError("the store is down")
 
         monkeypatch.setattr(store, "forgotten_turns", broken)
@@ -210,19 +226,25 @@ def test_the_tombstone_names_the_turns_of_the_memory_and_what_it_replaced(tmp_pa
     monkeypatch.setattr(history, "CHECK_INTERVAL", 0.0)  # the worker looks at every ask
     client = chromadb.PersistentClient(path=str(tmp_path / "memory"))
     store, worker = (MemoryStore(client, embedding_function=HashingEmbedding()) for _ in "ab")
-    first = MemoryItem(content=f"我的银行卡密码是{SECRET}", source=Source(message_id="m1"))
+    first = MemoryItem(
+        content=f"我的银行卡密码是{SECRET}", source=Source(session_id="s", message_id="m1")
+    )
     old = store.add(first)
-    assert worker.forgotten_turns() == frozenset()
-    store.supersede(old, MemoryItem(content="我的银行卡密码是9902", source=Source(message_id="m2")))
+    assert worker.forgotten_turns("s") == frozenset()
+    again = MemoryItem(
+        content="我的银行卡密码是9902", source=Source(session_id="s", message_id="m2")
+    )
+    store.supersede(old, again)
     (new,) = [m.id for m in store.list()]
-    assert worker.forgotten_turns() == frozenset(), "a supersede forgets nothing"
+    assert worker.forgotten_turns("s") == frozenset(), "a supersede forgets nothing"
     assert store.forget(str(new))
-    assert store.forgotten_turns() == {"m1", "m2"}
-    assert worker.forgotten_turns() == {"m1", "m2"}, "another worker sees it by the count"
+    assert store.forgotten_turns("s") == {"m1", "m2"}
+    assert worker.forgotten_turns("s") == {"m1", "m2"}, "another worker sees it by the count"
+    assert worker.forgotten_turns("another session") == frozenset()
     tombstones = client.get_collection(HISTORY_COLLECTION).get(include=["documents", "metadatas"])
     assert tombstones["documents"] == [None, None]
     keys = {k for meta in tombstones["metadatas"] for k in meta}
-    assert keys <= {"state", "at", "scope", "persona_id", "source_message_id"}
+    assert keys <= {"state", "at", "scope", "persona_id", "source_message_id", "source_session_id"}
 
 
 def test_another_worker_s_forget_is_seen_within_the_check_interval(tmp_path):
@@ -237,13 +259,42 @@ def test_another_worker_s_forget_is_seen_within_the_check_interval(tmp_path):
         MemoryItem(content=f"我的银行卡密码是{SECRET}", source=Source(message_id="m1"))
     )
     store.forget(kept)  # the history now exists, and the check has something to count
-    assert turns.read() == {"m0"}
+    assert turns.read(None) == {"m0"}
     assert store.forget(gone)
-    assert store.forgotten_turns() == {"m0", "m1"}, "its own forget, at once"
+    assert store.forgotten_turns(None) == {"m0", "m1"}, "its own forget, at once"
     now[0] += history.CHECK_INTERVAL / 2
-    assert turns.read() == {"m0"}, "no count between checks"
+    assert turns.read(None) == {"m0"}, "no count between checks"
     now[0] += history.CHECK_INTERVAL / 2
-    assert turns.read() == {"m0", "m1"}
+    assert turns.read(None) == {"m0", "m1"}
+
+
+def test_a_store_gone_for_a_while_keeps_what_was_forgotten_hidden():
+    """Once the forgotten turns were read, a store that stops answering (a server restarting)
+    does not bring them back: the last read stands; with nothing read yet, the error is
+    the caller's (the round shows the window whole, and no recall)."""
+
+    class Flaky:
+        down = False
+
+        def existing(self):
+            if self.down:
+                raise ConnectionError("the server is restarting")
+            return self
+
+        def count(self) -> int:
+            return 1
+
+        def forgotten_sources(self):
+            return {"s": frozenset({"m1"})}
+
+    now, store = [0.0], Flaky()
+    turns = ForgottenTurns(store, clock=lambda: now[0])  # type: ignore[arg-type]
+    assert turns.read("s") == {"m1"}
+    store.down = True
+    now[0] += history.CHECK_INTERVAL
+    assert turns.read("s") == {"m1"}
+    with pytest.raises(ConnectionError):
+        ForgottenTurns(store).read("s")  # type: ignore[arg-type]
 
 
 def test_without_turns_drops_whole_turns_and_keeps_the_one_being_answered():

@@ -147,7 +147,7 @@ class Lifecycle:
             found[0].delete(ids=[item_id])
         # The words they left as aliases go too, and any alias that pointed to them.
         words = list(dict.fromkeys(w for c in self._stored() for w in drop_aliases(c, ids)))
-        sources = {str(i.id): i.source.message_id for i in [subject, *older]}
+        sources = {str(i.id): (i.source.session_id, i.source.message_id) for i in [subject, *older]}
         self._history.forgotten(ids, owners, when, sources)
         self._forgotten_turns.changed()
         self._erase([*ids, *words])
@@ -158,11 +158,13 @@ class Lifecycle:
         return True
 
     @gated
-    def forgotten_turns(self) -> frozenset[str]:
-        """The ids of the messages that opened turns whose memories were forgotten
-        (`memory.protocols.KnowsForgottenTurns`): the model's view leaves those turns out.
-        Cached: read again when a forget here or the history's record count says so."""
-        return self._forgotten_turns.read()
+    def forgotten_turns(self, session_id: str | None) -> frozenset[str]:
+        """The ids of the messages that opened turns of session `session_id` whose memories
+        were forgotten (`memory.protocols.KnowsForgottenTurns`): that session's view leaves
+        those turns out. By session, since a caller may give two sessions' messages the same
+        id. Cached: read again when a forget here, or the history's record count once a
+        second, says so."""
+        return self._forgotten_turns.read(session_id)
 
     @gated
     def history(self, item_id: str) -> builtins.list[HistoryEntry]:

@@ -18,6 +18,7 @@ memory id, read by id and by `superseded_by`.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -37,7 +38,8 @@ _POINT: list[Sequence[float]] = [[1.0]]
 State = Literal["live", "superseded", "forgotten"]
 _SUPERSEDED: State = "superseded"
 _FORGOTTEN: State = "forgotten"
-_SOURCE = "source_message_id"
+log = logging.getLogger("cyrene.memory")
+_SOURCE, _SOURCE_SESSION = "source_message_id", "source_session_id"
 CHECK_INTERVAL = 1.0
 """Seconds between `ForgottenTurns`' cheap checks for another process's forgets."""
 TURNS_MAX_AGE = 30.0
@@ -105,10 +107,10 @@ class History:
         ids: list[str],
         scopes: Mapping[str, tuple[str, str | None]],
         at: float,
-        sources: Mapping[str, str | None],
+        sources: Mapping[str, tuple[str | None, str | None]],
     ) -> None:
-        """Tombstones for these ids (scope and persona from `scopes`, the id of the message
-        each came from in `sources`): the text goes.
+        """Tombstones for these ids (scope and persona from `scopes`, the session and the id
+        of the message each came from in `sources`): the text goes.
 
         A kept record is deleted before its tombstone is written, since an
         upsert without a document would keep the old one.
@@ -122,19 +124,28 @@ class History:
                 "at": at,
                 "scope": scopes[i][0],
                 **({"persona_id": scopes[i][1]} if scopes[i][1] else {}),
-                **({_SOURCE: source} if (source := sources.get(i)) else {}),
+                **({_SOURCE: source[1]} if (source := sources.get(i)) and source[1] else {}),
+                **({_SOURCE_SESSION: source[0]} if source and source[1] and source[0] else {}),
             }
             for i in ids
         ]
         self.records().add(ids=ids, embeddings=_POINT * len(ids), metadatas=metas)
 
-    def forgotten_sources(self) -> frozenset[str]:
-        """The message ids forgotten memories were extracted from (one read of the tombstones)."""
+    def forgotten_sources(self) -> dict[str | None, frozenset[str]]:
+        """The message ids forgotten memories were extracted from, by the session they were
+        said in (None: a tombstone that names no session, written before sessions were kept);
+        one read of the tombstones."""
         collection = self.existing()
         if collection is None:
-            return frozenset()
+            return {}
         got = collection.get(where={"state": _FORGOTTEN}, include=["metadatas"])
-        return frozenset(str(m[_SOURCE]) for m in got["metadatas"] or [] if m and m.get(_SOURCE))
+        by_session: dict[str | None, set[str]] = {}
+        for meta in got["metadatas"] or []:
+            if meta and meta.get(_SOURCE):
+                session = meta.get(_SOURCE_SESSION)
+                key = None if session is None else str(session)
+                by_session.setdefault(key, set()).add(str(meta[_SOURCE]))
+        return {session: frozenset(ids) for session, ids in by_session.items()}
 
     def entry(self, item_id: str) -> HistoryEntry | None:
         return self.entries([item_id]).get(item_id)
@@ -206,13 +217,19 @@ class ForgottenTurns:
         self._checked: tuple[int, float] | None = None  # changes and time of the last check
         self._seen: tuple[int, int] | None = None
         self._read_at = 0.0
-        self._turns: frozenset[str] = frozenset()
+        self._turns: dict[str | None, frozenset[str]] = {}
 
     def changed(self) -> None:
         with self._lock:
             self._changes += 1
 
-    def read(self) -> frozenset[str]:
+    def read(self, session_id: str | None) -> frozenset[str]:
+        """The forgotten turns said in `session_id` (and those of tombstones that name no
+        session)."""
+        turns = self._all()
+        return turns.get(session_id, frozenset()) | turns.get(None, frozenset())
+
+    def _all(self) -> dict[str | None, frozenset[str]]:
         with self._lock:
             now = self._clock()
             if self._checked is not None:
@@ -220,11 +237,18 @@ class ForgottenTurns:
                 if changes == self._changes and now - at < CHECK_INTERVAL:
                     return self._turns
             self._checked = (self._changes, now)
-            collection = self._history.existing()
-            if collection is None:
-                return self._turns
-            mark = (self._changes, collection.count())
-            if mark != self._seen or now - self._read_at >= TURNS_MAX_AGE:
-                self._turns = self._history.forgotten_sources()
-                self._seen, self._read_at = mark, now
+            try:
+                collection = self._history.existing()
+                if collection is None:
+                    return self._turns
+                mark = (self._changes, collection.count())
+                if mark != self._seen or now - self._read_at >= TURNS_MAX_AGE:
+                    self._turns = self._history.forgotten_sources()
+                    self._seen, self._read_at = mark, now
+            except Exception:
+                if self._seen is None:
+                    raise  # nothing read yet to go on with
+                # A store gone for a while (a server restarting) does not bring back what
+                # was forgotten before: the last read stands until a read succeeds.
+                log.warning("reading forgotten turns failed; the last read stands", exc_info=True)
             return self._turns

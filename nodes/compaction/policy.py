@@ -25,7 +25,7 @@ of its own), a cheap check decides whether anything is due. When it is, two step
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
@@ -93,15 +93,16 @@ def compactor_of(loop: Loop) -> Compactor:
 
 
 def summarised(
-    loop: Loop, compactor: Compactor, env: SessionEnv, state: LoopState
+    loop: Loop, compactor: Compactor, env: SessionEnv, state: LoopState, forgotten: Set[str]
 ) -> Summary | None:
-    """The new running summary when the view is over budget, else None."""
+    """The new running summary when the view is over budget, else None (`forgotten`: the
+    session's forgotten turns, `nodes.context.forgotten`)."""
     persona_id = loop.persona_for(env)
     model = loop.model_for(persona_id)
     budget = context_budget(loop, persona_id)
     count = token_counter(model)
     messages, summary = state["messages"], state.get("summary")
-    if budget <= 0 or not over_budget(loop, env, state, budget, count):
+    if budget <= 0 or not over_budget(loop, env, state, budget, count, forgotten):
         return None
     start = uncovered_start(messages, summary)
     # Only messages after the summary can move; earlier ones are never re-counted.
@@ -120,7 +121,7 @@ def summarised(
     earlier = last_human(messages[:start])
     folded = without_turns(
         messages[start:cut],
-        forgotten_turns(loop) or frozenset(),
+        forgotten,
         opener=earlier.id if earlier is not None else None,
         answering=False,
     )
@@ -162,13 +163,17 @@ def text_tokens(text: str, count: TokenCounter) -> int:
 
 
 def over_budget(
-    loop: Loop, env: SessionEnv, state: LoopState, budget: int, count: TokenCounter
+    loop: Loop,
+    env: SessionEnv,
+    state: LoopState,
+    budget: int,
+    count: TokenCounter,
+    forgotten: Set[str],
 ) -> bool:
     """Whether the view passes `budget`: first a bound that needs no attribution (what the
     view holds, plus the role declaration and the longest speaker note before every
     message), and only when the bound passes it, the view itself."""
     persona_id = loop.persona_for(env)
-    forgotten = forgotten_turns(loop) or frozenset()
     conversation = visible_conversation(state["messages"], state.get("summary"), forgotten)
     blocks = round_blocks(
         loop, persona_id, working_memory=state.get("working_memory"), summary=state.get("summary")
@@ -235,7 +240,7 @@ def archived(
     }
 
 
-def compaction_due(loop: Loop, env: SessionEnv, state: LoopState) -> bool:
+def compaction_due(loop: Loop, env: SessionEnv, state: LoopState, forgotten: Set[str]) -> bool:
     """Whether a compaction step has work: the view passes its budget, or messages the
     summary covers are still in the window (a session written before the archive)."""
     persona_id = loop.persona_for(env)
@@ -247,7 +252,7 @@ def compaction_due(loop: Loop, env: SessionEnv, state: LoopState) -> bool:
     count = loop.remembered(
         ("counter", persona_id), lambda: token_counter(loop.model_for(persona_id))
     )
-    return over_budget(loop, env, state, budget, count)
+    return over_budget(loop, env, state, budget, count, forgotten)
 
 
 def compacted(
@@ -255,7 +260,8 @@ def compacted(
 ) -> dict[str, Any]:
     """A compaction step's state update: the new (or refreshed) summary, and what it covers
     moved to the archive."""
-    summary = summarised(loop, compactor, env, state) or refreshed(state)
+    forgotten = forgotten_turns(loop, env, config) or frozenset()
+    summary = summarised(loop, compactor, env, state, forgotten) or refreshed(state)
     update: dict[str, Any] = {} if summary is None else {"summary": summary}
     return {**update, **archived(loop, config, state, summary or state.get("summary"))}
 
@@ -286,7 +292,8 @@ class CompactWhenDue(RoundPolicy):
         self.view_blocks = view_blocks(loop)
 
     def wrap_model_call(self, round: Round, request: ModelCall, call: CallModel) -> CallSteps:
-        if not compaction_due(self.loop, round.env, round.state):
+        forgotten = forgotten_turns(self.loop, round.env, round.config) or frozenset()
+        if not compaction_due(self.loop, round.env, round.state, forgotten):
             if (summary := refreshed(round.state)) is not None:
                 round.write(summary=summary)
             return (yield from call(request))

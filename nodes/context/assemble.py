@@ -153,7 +153,7 @@ def assemble_view(
     run's `config` and the session's `archived` count, the memory block also recalls the
     archived conversation (`nodes.recall`)."""
     persona_id = loop.persona_for(env)
-    forgotten = forgotten_turns(loop)
+    forgotten = forgotten_turns(loop, env, config)
     opener = window_opener(loop, config, archived, messages, forgotten)
     conversation = unique_call_ids(
         visible_conversation(messages, summary, forgotten or frozenset(), opener=opener)

@@ -26,6 +26,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 
 from memory.protocols import KnowsForgottenTurns
+from nodes.core.env import SessionEnv
 from nodes.kernel.compat import checkpointer_of, graph_namespace
 from nodes.kernel.messages import last_human
 from nodes.kernel.run_config import thread_id
@@ -40,14 +41,16 @@ ARCHIVE_PAGE = 50
 window starts in."""
 
 
-def forgotten_turns(loop: Loop) -> frozenset[str] | None:
-    """The ids of the human messages that opened forgotten turns ({} when the store names
-    none, or cannot), or None when the store failed to answer (logged)."""
+def forgotten_turns(
+    loop: Loop, env: SessionEnv, config: RunnableConfig | None
+) -> frozenset[str] | None:
+    """The ids of the human messages that opened this session's forgotten turns ({} when the
+    store names none, or cannot), or None when the store failed to answer (logged)."""
     store = loop.config.memory
     if store is None or not names_forgotten_turns(type(store)):
         return frozenset()
     try:
-        return cast(KnowsForgottenTurns, store).forgotten_turns()
+        return cast(KnowsForgottenTurns, store).forgotten_turns(loop.session_id(env, config))
     except Exception:
         log.exception("reading the forgotten turns failed; this round shows no recall")
         return None
