@@ -18,7 +18,6 @@ memory id, read by id and by `superseded_by`.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -38,7 +37,6 @@ _POINT: list[Sequence[float]] = [[1.0]]
 State = Literal["live", "superseded", "forgotten"]
 _SUPERSEDED: State = "superseded"
 _FORGOTTEN: State = "forgotten"
-log = logging.getLogger("cyrene.memory")
 _SOURCE, _SOURCE_SESSION = "source_message_id", "source_session_id"
 CHECK_INTERVAL = 1.0
 """Seconds between `ForgottenTurns`' cheap checks for another process's forgets."""
@@ -237,18 +235,11 @@ class ForgottenTurns:
                 if changes == self._changes and now - at < CHECK_INTERVAL:
                     return self._turns
             self._checked = (self._changes, now)
-            try:
-                collection = self._history.existing()
-                if collection is None:
-                    return self._turns
-                mark = (self._changes, collection.count())
-                if mark != self._seen or now - self._read_at >= TURNS_MAX_AGE:
-                    self._turns = self._history.forgotten_sources()
-                    self._seen, self._read_at = mark, now
-            except Exception:
-                if self._seen is None:
-                    raise  # nothing read yet to go on with
-                # A store gone for a while (a server restarting) does not bring back what
-                # was forgotten before: the last read stands until a read succeeds.
-                log.warning("reading forgotten turns failed; the last read stands", exc_info=True)
+            collection = self._history.existing()
+            if collection is None:
+                return self._turns
+            mark = (self._changes, collection.count())
+            if mark != self._seen or now - self._read_at >= TURNS_MAX_AGE:
+                self._turns = self._history.forgotten_sources()
+                self._seen, self._read_at = mark, now
             return self._turns

@@ -9,10 +9,10 @@ of conversation recall (`nodes.recall.block`). By ids only: nothing of the forgo
 words is kept to match them with, since any recogniser of a short forgotten text
 (a PIN, a name) is a way to recover it.
 
-When the store fails to answer, the round goes on: the live window is shown whole (it
-is what the model answers; leaving it out would break the turn), and conversation
-recall is left out for that round (it is an extra, and the archive is where most
-forgotten turns are).
+When the store fails to answer, the round goes on with its last answer for the session.
+With none, the live window is shown whole (it is what the model answers; leaving it out
+would break the turn), and conversation recall is left out for that round (it is an
+extra, and the archive is where most forgotten turns are).
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cyrene.context")
 
+LAST_READ = "forgotten turns, last read"
+"""The loop's memo of each session's last answer, by store (the loop holds its store, so
+its id is not reused while the entry lives)."""
 ARCHIVE_PAGE = 50
 """Archived messages read at a time, newest first, for the opening of the turn the live
 window starts in."""
@@ -45,15 +48,25 @@ def forgotten_turns(
     loop: Loop, env: SessionEnv, config: RunnableConfig | None
 ) -> frozenset[str] | None:
     """The ids of the human messages that opened this session's forgotten turns ({} when the
-    store names none, or cannot), or None when the store failed to answer (logged)."""
+    store names none), or None when the store failed to answer and never had (logged).
+
+    A store that answered before and fails now (a server restarting) is taken at its last
+    answer: what was forgotten does not come back for want of a read."""
     store = loop.config.memory
     if store is None or not names_forgotten_turns(type(store)):
         return frozenset()
+    session = loop.session_id(env, config)
+    last: dict[str | None, frozenset[str]] = loop.remembered((LAST_READ, id(store)), dict)
     try:
-        return cast(KnowsForgottenTurns, store).forgotten_turns(loop.session_id(env, config))
+        turns = cast(KnowsForgottenTurns, store).forgotten_turns(session)
     except Exception:
+        if session in last:
+            log.warning("reading the forgotten turns failed; the last read stands", exc_info=True)
+            return last[session]
         log.exception("reading the forgotten turns failed; this round shows no recall")
         return None
+    last[session] = turns
+    return turns
 
 
 @functools.cache
