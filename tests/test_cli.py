@@ -145,7 +145,8 @@ def test_memory_commands(tmp_path, capsys):
     )
     item_id = added.out.strip()
     assert "团子" in cyrene(capsys, "memory", "search", "猫 团子", *data).out
-    assert cyrene(capsys, "memory", "forget", item_id, *data).code == 0
+    forgot = cyrene(capsys, "memory", "forget", item_id, *data)
+    assert forgot.code == 0 and forgot.out == f"forgot {item_id} and the memories it replaced\n"
     assert cyrene(capsys, "memory", "forget", item_id, *data).code == 1, "not found"
     assert "团子" not in cyrene(capsys, "memory", "search", "猫 团子", *data).out
     exported = cyrene(capsys, "--data", str(tmp_path), "memory", "export").out.splitlines()

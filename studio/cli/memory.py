@@ -158,6 +158,7 @@ def _export(store: MemoryStore, args: argparse.Namespace) -> int:
 
 def _forget(store: MemoryStore, args: argparse.Namespace) -> int:
     if store.forget(args.id):
+        print(f"forgot {args.id} and the memories it replaced")
         if not store.erases_text:
             print(
                 "cyrene: forgotten; this Chroma server holds memory text in the clear and keeps "
