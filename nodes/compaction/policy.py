@@ -51,11 +51,10 @@ from nodes.core.policy import CallModel, CallSteps, ModelCall, Round, RoundPolic
 from nodes.core.stages import COMPACT, Stages
 from nodes.core.state import ArchiveMark, LoopState, Summary, turn_of, uncovered_start
 from nodes.kernel.compat import checkpointer_of, graph_namespace
-from nodes.kernel.messages import last_human
 from nodes.kernel.run_config import thread_id
 from nodes.kernel.sanitize import MAX_NAME_CHARS
 from nodes.kernel.steps import Work
-from nodes.kernel.transcript import without_turns
+from nodes.kernel.transcript import opener_before, without_turns
 from nodes.token_accounting.aside import add_aside, measured
 from nodes.token_accounting.state import TokenUsageState
 
@@ -118,13 +117,8 @@ def summarised(
     )
     previous = summary["text"] if summary else None
     # A forgotten turn's words go into no new summary (a summary written before stays).
-    earlier = last_human(messages[:start])
-    folded = without_turns(
-        messages[start:cut],
-        forgotten,
-        opener=earlier.id if earlier is not None else None,
-        answering=False,
-    )
+    opener = opener_before(messages, start)
+    folded = without_turns(messages[start:cut], forgotten, opener=opener, answering=False)
     if count is approximate_tokens and isinstance(compactor, StructuralCompactor):
         compactor = replace(compactor, wide_tokens=1 / CHARS_PER_TOKEN)  # the budget's units
     try:

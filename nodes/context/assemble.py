@@ -14,13 +14,13 @@ transcript.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence, Set
+from collections.abc import Callable, Sequence, Set
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 
 from memory.retrieval.block import format_memory_block
@@ -32,10 +32,15 @@ from nodes.context.settings import ModelView
 from nodes.context.summary import summary_message
 from nodes.core.env import SessionEnv
 from nodes.core.state import LoopState, Summary, uncovered_start
-from nodes.kernel.messages import last_human
 from nodes.kernel.replies import unique_call_ids
 from nodes.kernel.text import as_data
-from nodes.kernel.transcript import current_round, is_hidden, latest_user_text, without_turns
+from nodes.kernel.transcript import (
+    current_round,
+    is_hidden,
+    latest_user_text,
+    opener_before,
+    without_turns,
+)
 from nodes.recall.block import recall_block
 
 if TYPE_CHECKING:
@@ -123,15 +128,20 @@ def visible_conversation(
     summary: Summary | None,
     forgotten: Set[str] = frozenset(),
     *,
-    opener: str | None = None,
+    archived_opener: Callable[[], str | None] | None = None,
 ) -> list[BaseMessage]:
     """What the model still sees verbatim: after the summary, minus guard-hidden messages and
-    the turns `forgotten` opened (`nodes.context.forgotten`; `opener`: the archived opening
-    of the turn `messages` start in)."""
+    the turns `forgotten` opened (`nodes.context.forgotten`). `archived_opener` is asked for
+    the opening of the turn the window starts in only when `messages` do not hold it
+    (compaction cut inside that turn and archived its opening)."""
     start = uncovered_start(messages, summary)
-    earlier = last_human(messages[:start]) if forgotten else None
-    opening = earlier.id if earlier is not None else opener
-    window = without_turns(messages[start:], forgotten, opener=opening)
+    window = messages[start:]
+    if forgotten:
+        opener = opener_before(messages, start)
+        starts_inside = bool(window) and not isinstance(window[0], HumanMessage)
+        if opener is None and starts_inside and archived_opener is not None:
+            opener = archived_opener()
+        window = without_turns(window, forgotten, opener=opener)
     return [m for m in window if not is_hidden(m)]
 
 
@@ -154,9 +164,9 @@ def assemble_view(
     archived conversation (`nodes.recall`)."""
     persona_id = loop.persona_for(env)
     forgotten = forgotten_turns(loop, env, config)
-    opener = window_opener(loop, config, archived, messages, forgotten)
+    opener = partial(window_opener, loop, config, archived)
     conversation = unique_call_ids(
-        visible_conversation(messages, summary, forgotten or frozenset(), opener=opener)
+        visible_conversation(messages, summary, forgotten or frozenset(), archived_opener=opener)
     )
     memory = ""
     if with_memory:

@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
-from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 
 from memory.protocols import KnowsForgottenTurns
@@ -76,18 +74,10 @@ def names_forgotten_turns(kind: type) -> bool:
     return issubclass(kind, KnowsForgottenTurns)
 
 
-def window_opener(
-    loop: Loop,
-    config: RunnableConfig | None,
-    archived: int,
-    messages: Sequence[BaseMessage],
-    forgotten: frozenset[str] | None,
-) -> str | None:
-    """The id of the human message that opened the turn the session's window `messages`
-    starts in, when compaction cut inside that turn and archived its opening (None: the
-    window starts a turn, no turn is forgotten, or the archive cannot say; logged)."""
-    if not forgotten or not messages or isinstance(messages[0], HumanMessage):
-        return None
+def window_opener(loop: Loop, config: RunnableConfig | None, archived: int) -> str | None:
+    """The id of the last archived human message: the opening of the turn the live window
+    starts in, when compaction cut inside that turn (None: none, no archive, or the archive
+    cannot say; logged)."""
     try:
         return archived_opener(loop, config, archived)
     except Exception:

@@ -108,6 +108,13 @@ def without_turns(
     return kept
 
 
+def opener_before(messages: Sequence[BaseMessage], start: int) -> str | None:
+    """The id of the human message that opened the turn `messages[start]` is in, when that
+    is before `start` (None: no human message before it)."""
+    earlier = last_human(messages[:start])
+    return earlier.id if earlier is not None else None
+
+
 def turn_start(messages: Sequence[BaseMessage]) -> int:
     """Index of the last human message (the current turn's opening), or 0."""
     for i in range(len(messages) - 1, -1, -1):
