@@ -97,8 +97,6 @@ class MemoryStore(Search, Lifecycle, AbstractContextManager["MemoryStore"]):
         self._documents: Documents = Sealed(self._keys) if self._keys is not None else Plain()
         """How memory text is kept in Chroma: sealed in an embedded store (`memory.storage.sealing`)."""
         self._buckets = Buckets(client, self.embedding_function, self._live)
-        # The same dict, cleared in place: a lifecycle step drops a bucket a writer just made.
-        self._missing = self._buckets.missing
         self._history = History(client, self._documents)
         self._forgotten_turns = ForgottenTurns(self._history)
         # A search reads at most three buckets: the persona's, user and project.

@@ -25,6 +25,7 @@ from memory.lifecycle.duplicates import NEIGHBOURS, drop_duplicates
 from memory.lifecycle.history import ForgottenTurns, History, HistoryEntry
 from memory.retrieval.aliases import drop_aliases, leave_alias
 from memory.retrieval.lexical import LexicalIndex
+from memory.storage.buckets import Buckets
 from memory.storage.erasure import Gate, exclusively, gated
 from memory.storage.lock import WriteLock
 from memory.storage.records import closest, records
@@ -48,7 +49,7 @@ class Lifecycle:
     _documents: Documents
     _lexical: LexicalIndex
     _writes: WriteLock
-    _missing: dict[str, float]
+    _buckets: Buckets
     clock: Callable[[], float]
     drops_duplicates_on_write = True
     """`apply` drops an add that near-duplicates a live memory (`memory.protocols.DropsDuplicatesOnWrite`)."""
@@ -214,7 +215,7 @@ class Lifecycle:
         for n, item in enumerate(items):
             by_bucket.setdefault(item.bucket, []).append(n)
         for bucket, where in by_bucket.items():
-            self._missing.pop(bucket, None)  # another writer may have just made it
+            self._buckets.missing.pop(bucket, None)  # another writer may have just made it
             collection = self._collection(bucket, create=False)
             if collection is None:
                 continue
