@@ -58,6 +58,8 @@ from nodes.kernel.compat import (
     narrow_route_reads,
     reads_nothing,
     reclass_compiled,
+    routes_to,
+    write_fixed_start,
 )
 from nodes.kernel.transcript import needs_another_round, pending_tool_calls
 from nodes.loop.model_call import make_call_model
@@ -124,7 +126,7 @@ def fixed_route(target: str):
     def route(output: Any) -> str:
         return target
 
-    return inline(route, reads_state=False)
+    return routes_to(inline(route, reads_state=False), target)
 
 
 def group_turn_start(turn_start: str):
@@ -226,6 +228,7 @@ def build_graph(
     graph.add_node(FINISH, make_finish_turn(loop))
     add_edges(graph, config, stages)
     compiled = graph.compile(checkpointer=checkpointer, store=store, name=name)
+    write_fixed_start(compiled)
     narrow_route_reads(compiled)
     # Tool calls of one batch run as parallel tasks of one superstep; this caps
     # them; the subclass checks input and picks durability (see CyreneGraph).

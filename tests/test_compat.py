@@ -295,8 +295,11 @@ def test_a_route_reads_only_its_channels_with_its_steps_writes_folded_in():
 
 
 def test_the_loops_routes_copy_no_state_but_the_model_routes_transcript():
-    """`build_graph` narrows its routes: those fixed at build time read nothing, and only the
-    route after the model reads state (its own transcript read, not LangGraph's whole one)."""
+    """`build_graph` narrows its routes: those fixed at build time read nothing (START's is
+    a plain edge's write, `write_fixed_start`), and only the route after the model reads
+    state (its own transcript read, not LangGraph's whole one)."""
+    from langgraph.pregel._write import ChannelWrite
+
     from graph import LoopConfig, build_graph
 
     graph = build_graph(LoopConfig(model=ScriptedChatModel()))
@@ -307,7 +310,6 @@ def test_the_loops_routes_copy_no_state_but_the_model_routes_transcript():
         if "reader" in (getattr(writer, "kwargs", None) or {})
     }
     assert set(readers) == {
-        "__start__",
         "resolve_vision",
         "compact",
         "call_model",
@@ -316,3 +318,7 @@ def test_the_loops_routes_copy_no_state_but_the_model_routes_transcript():
     }, "LangGraph no longer keeps a route's reader in its writer's kwargs"
     assert getattr(readers.pop("call_model"), "__qualname__", "").startswith("_fresh_read")
     assert set(readers.values()) == {None}
+    start = graph.nodes["__start__"].node
+    assert isinstance(start, ChannelWrite), "__start__ runs a sequence: a task of its own a turn"
+    drawn = {(e.source, e.target, e.conditional) for e in graph.get_graph().edges}
+    assert {(START, node, True) for node in ("resolve_vision", "compact", "call_model")} <= drawn

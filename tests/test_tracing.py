@@ -55,7 +55,6 @@ def test_a_turn_is_a_span_per_run_node_model_call_and_tool_call(spans):
     found = run_and_collect(spans, SessionEnv(actor="owner", persona_id="aglaea"), None)
     assert tree(found) == [
         "cyrene",
-        "  __start__",
         "  call_model",
         "    ScriptedChatModel",
         "  dispatch_tools",
@@ -74,7 +73,6 @@ def test_a_turn_is_a_span_per_run_node_model_call_and_tool_call(spans):
     assert facts["get_time1"] == {**owner, "cyrene.round": 1}, "the round that asked for it"
     assert facts["ScriptedChatModel2"] == {**owner, "cyrene.round": 2}
     assert facts["cyrene2"] == {**owner, "cyrene.round": 2}, "the run: its last round"
-    assert facts["__start__None"] == owner, "before any model call there is no round"
     [first_call] = [
         s for s in found if s.name == "ScriptedChatModel" and s.attributes["cyrene.round"] == 1
     ]
@@ -99,7 +97,7 @@ def run_and_collect(
 @pytest.mark.parametrize("actor", ["group", "stranger"])
 def test_a_restricted_sessions_words_never_reach_a_span(spans, actor):
     found = run_and_collect(spans, SessionEnv(actor=actor), "小明")
-    assert len(tree(found)) == 8, "the same spans"
+    assert len(tree(found)) == 7, "the same spans"
     for span in found:
         shown = f"{span.name} {dict(span.attributes)} {span.events} {span.status.description}"
         assert "314159" not in shown and "八点半" not in shown and "小明" not in shown, shown
@@ -229,7 +227,8 @@ async def test_every_door_of_a_group_thread_keeps_its_words_out_of_spans(spans, 
         await through(graph, door, run)
     provider.force_flush()
     found = list(exporter.get_finished_spans())
-    assert found, "the door made spans"
+    # An unopened thread's edit runs as START, which writes untraced (`write_fixed_start`).
+    assert found or door == "update_state, unopened thread", "the door made spans"
     expected = "unbound" if door.endswith("unopened thread") else "group"
     for span in found:
         shown = f"{span.name} {dict(span.attributes)} {span.events}"
@@ -266,4 +265,4 @@ print(len(spans), sum("314159" in str(dict(s.attributes)) for s in spans))
     )
     assert out.returncode == 0, out.stderr
     spans, leaking = map(int, out.stdout.split())
-    assert spans > 3 and leaking == 0
+    assert spans >= 3 and leaking == 0  # the run, its node and its model call

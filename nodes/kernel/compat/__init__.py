@@ -63,7 +63,9 @@ __all__ = [
     "reads_nothing",
     "reclass_compiled",
     "retry_policy_retries",
+    "routes_to",
     "sync_node",
+    "write_fixed_start",
 ]
 
 CompiledT = TypeVar("CompiledT", bound="CompiledStateGraph[Any, Any, Any, Any]")
@@ -91,6 +93,55 @@ def reads_nothing(route: RunnableT) -> RunnableT:
     """Mark a conditional edge's path as reading no state (`narrow_route_reads`)."""
     setattr(route, READS_NOTHING, True)
     return route
+
+
+ROUTES_TO = "_cyrene_routes_to"
+"""The attribute `routes_to` sets on a route: the one node it always picks."""
+
+
+def routes_to(route: RunnableT, target: str) -> RunnableT:
+    """Mark a conditional edge's path as always picking `target` (`write_fixed_start`)."""
+    setattr(route, ROUTES_TO, target)
+    return route
+
+
+def write_fixed_start(compiled: CompiledStateGraph[Any, Any, Any, Any]) -> None:
+    """A conditional edge from START marked `routes_to` publishes as LangGraph's plain
+    edge does, with a `ChannelWrite`, and still declares every node it could reach.
+
+    As a route it makes `__start__` a sequence (its input's write, then the route),
+    and LangGraph runs a sequence's first step as a task of its own and ends it with
+    shielded callbacks: two more waits on the event loop per turn, which 50 sessions
+    on one loop feel. A `ChannelWrite` merges with the input's (`PregelNode.flat_writers`).
+    Only START's: the drawing runs every `ChannelWrite` of a node it reaches, and
+    START is the one node it reaches once, so elsewhere the fixed write would be drawn
+    as a plain edge.
+    """
+    from langgraph.constants import START
+    from langgraph.pregel._write import ChannelWrite, ChannelWriteTupleEntry
+
+    node = compiled.nodes[START]
+    for branch in compiled.builder.branches.get(START, {}).values():
+        target = getattr(branch.path, ROUTES_TO, None)
+        for i, writer in enumerate(node.writers):
+            if target is None or getattr(writer, "func", None) != branch._route:
+                continue
+            # The route's own writer names the channel (none for END).
+            routed = cast(Any, writer).kwargs["writer"]([target])
+            writes = _always([(entry.channel, entry.value) for entry in routed])
+            declared = ChannelWrite.get_static_writes(writer)
+            node.writers[i] = ChannelWrite((ChannelWriteTupleEntry(writes, static=declared),))
+    for cached in ("flat_writers", "node"):  # PregelNode's cached properties
+        node.__dict__.pop(cached, None)
+
+
+def _always(writes: list[tuple[str, Any]]) -> Callable[[Any], list[tuple[str, Any]] | None]:
+    """A `ChannelWriteTupleEntry` mapper: `writes`, whatever the node returned."""
+
+    def mapper(_: Any) -> list[tuple[str, Any]] | None:
+        return writes or None
+
+    return mapper
 
 
 def narrow_route_reads(compiled: CompiledStateGraph[Any, Any, Any, Any]) -> None:
