@@ -10,6 +10,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage
 
 from graph import Compaction, ManualExtractor, ModelView, build_graph, open_checkpointer
+from graph.storage.archive import ProcessArchive
 from memory import MemoryStore
 from nodes.compaction.summary import LLMCompactor
 from nodes.kernel.messages import message_text
@@ -146,3 +147,25 @@ def test_with_compaction_turned_off_a_summary_from_before_the_forget_is_not_show
         assert store.forget(extracted(store))
         said(graph, "还记得我说过什么吗？")
     assert SECRET not in everything_sent(model)
+
+
+def test_while_the_archive_cannot_be_read_no_summary_is_shown(tmp_path, monkeypatch):
+    """What the summary covers is in the archive: while it cannot be read, no summary is
+    shown; once it can, the summary is rewritten without the turn."""
+    model = EchoModel()
+    with MemoryStore.open(tmp_path / "memory") as store, open_checkpointer("memory") as saver:
+        graph = graph_with(model, store, saver)
+        assert SECRET in talk(graph, model), "the summary covers the fact's turn"
+        assert store.forget(extracted(store))
+        with monkeypatch.context() as down:
+            down.setattr(ProcessArchive, "read", unreadable)
+            said(graph, "还记得我说过什么吗？")
+            failing, shown_failing = everything_sent(model), summary_sent(model)
+        said(graph, "现在呢？")
+        shown = summary_sent(model)
+    assert SECRET not in failing and shown_failing == ""
+    assert SECRET not in shown and "大理" in shown
+
+
+def unreadable(self, thread, start: int, stop: int) -> list[BaseMessage]:
+    raise OSError("the archive's disk is gone")
