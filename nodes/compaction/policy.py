@@ -14,7 +14,9 @@ of its own), a cheap check decides whether anything is due. When it is, two step
    will be sent (attribution notes and the caller's transform included) except the
    memory block, which `memory_k` bounds; searching twice per round would
    double the retrieval cost. A compactor that fails or returns nothing is
-   logged and the round goes on uncompacted.
+   logged and the round goes on uncompacted. A summary written before the session forgot
+   a turn it covers is first written again without it (`nodes.compaction.rewrite`), so
+   the next summary starts from one that holds none of its words.
 2. **Archive.** Messages the summary covers are never sent again: they move
    from the checkpointed window to the transcript archive beside the
    checkpoints (`nodes.core.protocols.TranscriptArchive`), so a session's per-turn
