@@ -146,7 +146,7 @@ def test_a_window_that_starts_inside_a_forgotten_turn_leaves_its_rest_out(tmp_pa
         assert isinstance(window[0], AIMessage) and SECRET in message_text(window[0])
         assert store.forget(extracted(store))
         said(graph, "我的银行卡密码是多少？")
-    # The summary written before the forget still holds the opening (docs/memory.md).
+    # The summary written before the forget is rewritten without it (test_forgotten_summary.py).
     assert "好的，记住了" not in sent(model)
     assert "第5句闲聊" in sent(model)
 

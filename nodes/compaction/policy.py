@@ -14,7 +14,9 @@ of its own), a cheap check decides whether anything is due. When it is, two step
    will be sent (attribution notes and the caller's transform included) except the
    memory block, which `memory_k` bounds; searching twice per round would
    double the retrieval cost. A compactor that fails or returns nothing is
-   logged and the round goes on uncompacted.
+   logged and the round goes on uncompacted. A summary written before the session forgot
+   a turn it covers is first written again without it (`nodes.compaction.rewrite`), so
+   the next summary starts from one that holds none of its words.
 2. **Archive.** Messages the summary covers are never sent again: they move
    from the checkpointed window to the transcript archive beside the
    checkpoints (`nodes.core.protocols.TranscriptArchive`), so a session's per-turn
@@ -26,25 +28,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence, Set
-from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 
-from nodes.compaction.settings import Compaction, Compactor
+from nodes.compaction.rewrite import rewritten
+from nodes.compaction.settings import Compaction, Compactor, Describe
 from nodes.compaction.summary import (
-    CHARS_PER_TOKEN,
     StructuralCompactor,
     TokenCounter,
-    approximate_tokens,
+    in_budget_units,
     plan_cut,
     token_counter,
 )
 from nodes.context.assemble import round_blocks, view_blocks, view_of_state, visible_conversation
 from nodes.context.attribution import Speaker, describe_speaker, role_declaration, speaker_note
-from nodes.context.forgotten import forgotten_turns
+from nodes.context.forgotten import forgotten_turns, summary_outdated
 from nodes.context.layout import system_messages
 from nodes.core.env import SessionEnv
 from nodes.core.policy import CallModel, CallSteps, ModelCall, Round, RoundPolicy
@@ -109,27 +110,58 @@ def summarised(
     cut = plan_cut(messages, start, kept_budget(loop, env, state, budget, count), sizes)
     if cut is None:
         return None
-    describe = partial(
-        describe_speaker,
-        restricted=env.restricted,
-        current=persona_id,
-        display_name=loop.display_name,
-    )
+    describe = speaker_describer(loop, env)
     previous = summary["text"] if summary else None
-    # A forgotten turn's words go into no new summary (a summary written before stays).
+    # A forgotten turn's words go into no new summary (`previous` is rewritten before).
     opener = opener_before(messages, start)
     folded = without_turns(messages[start:cut], forgotten, opener=opener, answering=False)
-    if count is approximate_tokens and isinstance(compactor, StructuralCompactor):
-        compactor = replace(compactor, wide_tokens=1 / CHARS_PER_TOKEN)  # the budget's units
     try:
-        text = compactor.compact(folded, previous, int(budget * SUMMARY_SHARE), describe)
+        text = in_budget_units(compactor, count).compact(
+            folded, previous, int(budget * SUMMARY_SHARE), describe
+        )
     except Exception:
         log.exception("compactor failed; this round goes on uncompacted")
         return None
     if not text or not text.strip():
         log.warning("compactor returned nothing; this round goes on uncompacted")
         return None
-    return Summary(text=text.strip(), upto=str(messages[cut - 1].id), turn=turn_of(state))
+    upto = str(messages[cut - 1].id)
+    return Summary(text=text.strip(), upto=upto, turn=turn_of(state), left_out=sorted(forgotten))
+
+
+def speaker_describer(loop: Loop, env: SessionEnv) -> Describe:
+    """How the session's summaries name each message's speaker."""
+    return partial(
+        describe_speaker,
+        restricted=env.restricted,
+        current=loop.persona_for(env),
+        display_name=loop.display_name,
+    )
+
+
+def rewritten_without(
+    loop: Loop,
+    compactor: Compactor,
+    env: SessionEnv,
+    state: LoopState,
+    config: RunnableConfig,
+    forgotten: Set[str],
+) -> Summary | None:
+    """The summary written again without the turns forgotten since it was written, when it
+    covers one (`nodes.compaction.rewrite`); None when it needs no rewrite."""
+    persona_id = loop.persona_for(env)
+    budget = context_budget(loop, persona_id)
+    return rewritten(
+        loop,
+        compactor,
+        state,
+        config,
+        forgotten,
+        budget=budget,
+        share=int(budget * SUMMARY_SHARE),
+        describe=speaker_describer(loop, env),
+        count=token_counter(loop.model_for(persona_id)),
+    )
 
 
 def kept_budget(
@@ -208,7 +240,7 @@ def refreshed(state: LoopState) -> Summary | None:
     turn = turn_of(state)
     if turn - summary.get("turn", 0) < SUMMARY_REFRESH_TURNS:
         return None
-    return Summary(text=summary["text"], upto=summary["upto"], turn=turn)
+    return Summary(**{**summary, "turn": turn})
 
 
 def archived(
@@ -235,13 +267,16 @@ def archived(
 
 
 def compaction_due(loop: Loop, env: SessionEnv, state: LoopState, forgotten: Set[str]) -> bool:
-    """Whether a compaction step has work: the view passes its budget, or messages the
-    summary covers are still in the window (a session written before the archive)."""
+    """Whether a compaction step has work: the view passes its budget, messages the
+    summary covers are still in the window (a session written before the archive), or the
+    session forgot a turn since the summary was written."""
     persona_id = loop.persona_for(env)
     budget = context_budget(loop, persona_id)
     if budget <= 0:
         return False
     if uncovered_start(state["messages"], state.get("summary")) > 0:
+        return True
+    if summary_outdated(state.get("summary"), forgotten):
         return True
     count = loop.remembered(
         ("counter", persona_id), lambda: token_counter(loop.model_for(persona_id))
@@ -252,10 +287,13 @@ def compaction_due(loop: Loop, env: SessionEnv, state: LoopState, forgotten: Set
 def compacted(
     loop: Loop, compactor: Compactor, env: SessionEnv, state: LoopState, config: RunnableConfig
 ) -> dict[str, Any]:
-    """A compaction step's state update: the new (or refreshed) summary, and what it covers
-    moved to the archive."""
+    """A compaction step's state update: the new (rewritten, or refreshed) summary, and what
+    it covers moved to the archive."""
     forgotten = forgotten_turns(loop, env, config) or frozenset()
-    summary = summarised(loop, compactor, env, state, forgotten) or refreshed(state)
+    rewrite = rewritten_without(loop, compactor, env, state, config, forgotten)
+    if rewrite is not None:  # what is summarised next starts from the rewrite
+        state = cast(LoopState, {**state, "summary": rewrite})
+    summary = summarised(loop, compactor, env, state, forgotten) or refreshed(state) or rewrite
     update: dict[str, Any] = {} if summary is None else {"summary": summary}
     return {**update, **archived(loop, config, state, summary or state.get("summary"))}
 

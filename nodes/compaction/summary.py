@@ -14,14 +14,14 @@ import logging
 import re
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from nodes.compaction.settings import Describe
+from nodes.compaction.settings import Compactor, Describe
 from nodes.kernel.messages import message_text
 from nodes.kernel.text import as_data
 from nodes.kernel.transcript import turn_start
@@ -181,6 +181,14 @@ class RememberedEstimate:
 
 approximate_tokens = RememberedEstimate()
 """LangChain's estimate, each message counted once while it lives."""
+
+
+def in_budget_units(compactor: Compactor, count: TokenCounter) -> Compactor:
+    """`compactor`, a structural one measuring its summary in `count`'s units (LangChain's
+    estimate counts a CJK character a quarter of a token)."""
+    if count is approximate_tokens and isinstance(compactor, StructuralCompactor):
+        return replace(compactor, wide_tokens=1 / CHARS_PER_TOKEN)
+    return compactor
 
 
 def token_counter(model: Any) -> TokenCounter:

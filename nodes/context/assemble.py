@@ -26,7 +26,7 @@ from langchain_core.runnables import RunnableConfig
 from memory.retrieval.block import format_memory_block
 from nodes.context.attribution import attribute_conversation, describe_speaker, speaker_label
 from nodes.context.encoding import encode_for_provider, without_unsafe_names
-from nodes.context.forgotten import forgotten_turns, window_opener
+from nodes.context.forgotten import forgotten_turns, summary_outdated, window_opener
 from nodes.context.layout import LAYOUTS, Blocks
 from nodes.context.settings import ModelView
 from nodes.context.summary import summary_message
@@ -178,8 +178,10 @@ def assemble_view(
         )
         recalled = recall_block(loop, env, config, archived, query, describe, forgotten)
         memory = "\n\n".join(b for b in (memory_block(loop, env, persona_id, query), recalled) if b)
+    # A summary that may hold a turn forgotten since is not shown until compaction rewrites it.
+    shown = None if summary_outdated(summary, forgotten or frozenset()) else summary
     blocks = round_blocks(
-        loop, persona_id, working_memory=working_memory, memory=memory, summary=summary
+        loop, persona_id, working_memory=working_memory, memory=memory, summary=shown
     )
     settings = loop.feature(ModelView)
     attribution = attribute_conversation(

@@ -9,6 +9,10 @@ of conversation recall (`nodes.recall.block`). By ids only: nothing of the forgo
 words is kept to match them with, since any recogniser of a short forgotten text
 (a PIN, a name) is a way to recover it.
 
+A summary written before a forget may hold the turn's words: it records the forgotten
+turns it was written without (`Summary.left_out`), and one that does not name them all is
+not shown until compaction has written it again (`nodes.compaction.rewrite`).
+
 When the store fails to answer, the round goes on with its last answer for the session.
 With none, the live window is shown whole (it is what the model answers; leaving it out
 would break the turn), and conversation recall is left out for that round (it is an
@@ -19,12 +23,14 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Set
 from typing import TYPE_CHECKING, cast
 
 from langchain_core.runnables import RunnableConfig
 
 from memory.protocols import KnowsForgottenTurns
 from nodes.core.env import SessionEnv
+from nodes.core.state import Summary
 from nodes.kernel.compat import checkpointer_of, graph_namespace
 from nodes.kernel.messages import last_human
 from nodes.kernel.run_config import thread_id
@@ -65,6 +71,14 @@ def forgotten_turns(
         return None
     last[session] = turns
     return turns
+
+
+def summary_outdated(summary: Summary | None, forgotten: Set[str]) -> bool:
+    """Whether the session forgot a turn since `summary` was written, which it may hold: ids
+    against the summary's record, no words (cheap enough for every round)."""
+    if not summary or not forgotten:
+        return False
+    return not forgotten <= set(summary.get("left_out", ()))
 
 
 @functools.cache

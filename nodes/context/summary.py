@@ -15,6 +15,6 @@ def summary_message(summary: Summary | None) -> SystemMessage | None:
     """The summary as system text: whoever wrote it (a compactor quoting participants, a
     model, `update_state`), none of its lines can pass for one of the loop's markers or
     for a line of the leading message's indexes (such a line is marked with "· ")."""
-    if not summary:
+    if not summary or not summary["text"]:  # nothing left to show (`nodes.compaction.rewrite`)
         return None
     return SystemMessage(SUMMARY_PREFIX + INDEX_LOOKALIKE.sub("· ", marker_proof(summary["text"])))

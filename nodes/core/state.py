@@ -54,7 +54,10 @@ class Summary(TypedDict):
     upto: str
     """Id of the last transcript message the summary covers."""
     turn: NotRequired[int]
-    """The turn it was last written in (see `nodes.compaction.node.SUMMARY_REFRESH_TURNS`)."""
+    """The turn it was last written in (see `nodes.compaction.policy.SUMMARY_REFRESH_TURNS`)."""
+    left_out: NotRequired[list[str]]
+    """The session's forgotten turns (the ids of their openings) when it was written: none
+    of their words are in it (`nodes.compaction.rewrite`). Absent: not known."""
 
 
 def uncovered_start(messages: Sequence[BaseMessage], summary: Summary | None) -> int:
