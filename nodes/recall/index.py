@@ -141,8 +141,10 @@ class SessionIndexes:
         with self._lock:
             sessions = self._by_archive.setdefault(archive, OrderedDict())
             known = sessions.get(thread)
-            new = known is None or known.indexed > archived  # or a fork rewrote the archive
-            index = sessions[thread] = SessionIndex() if new or known is None else known
+            # An index past the archive's end means a fork rewrote the archive: start again.
+            index = known if known is not None and known.indexed <= archived else SessionIndex()
+            sessions[thread] = index
+            new = index is not known
             sessions.move_to_end(thread)
             while len(sessions) > SESSIONS_KEPT:
                 sessions.popitem(last=False)
