@@ -10,20 +10,26 @@ import time
 import pytest
 from langchain_core.messages import HumanMessage
 
-from graph import open_checkpointer, wait_for_extractions
+from graph import LLMExtractor, build_graph, open_checkpointer, wait_for_extractions
 from memory import MemoryItem, MemoryStore
 from memory.items import Source
 from memory.lifecycle import history
 from memory.lifecycle.history import HISTORY_COLLECTION, History
 from memory.lifecycle.operations import Change
 from memory.storage.sealing import Plain
+from nodes.extraction.extractors import MemoryOperation, MemoryOperations
 from nodes.kernel.messages import message_text
-from tests.conftest import thread
+from tests.conftest import make_config, thread
+from tests.scripted import ScriptedChatModel
 from tests.test_conversation_recall import asked
 from tests.test_forgotten_turns import NEIGHBOUR, SECRET, EchoModel, graph_with, said
 
 FACT = f"记住 我的PIN是{SECRET}"
-AGAIN = {"the same words": FACT, "other words": f"记住 我的PIN码是{SECRET}"}
+AGAIN = {
+    "the same words": FACT,
+    "other words": f"记住 我的PIN码是{SECRET}",
+    "a correction in the same words": f"更正：我的PIN是{SECRET}",
+}
 
 
 def the_memory(store: MemoryStore) -> str:
@@ -45,7 +51,8 @@ def test_a_fact_said_in_two_turns_leaves_both_out_once_forgotten(tmp_path, again
     assert SECRET not in view
     assert "好的，记住了" not in view, "neither turn's echo is sent"
     assert NEIGHBOUR in view, "the turn between them stays"
-    assert sum(SECRET in message_text(m) for m in transcript) == 4, "the transcript keeps both"
+    kept = [m for m in transcript if isinstance(m, HumanMessage) and SECRET in message_text(m)]
+    assert len(kept) == 2, "the transcript keeps both"
 
 
 def test_a_fact_said_again_in_another_session_leaves_only_that_turn_out(tmp_path):
@@ -124,3 +131,41 @@ def test_a_turn_linked_after_its_memory_was_forgotten_is_a_tombstone_at_once(tmp
         assert store.forget(str(memory.id))
         History(store.client, Plain()).restated({str(memory.id): {("s", "m3")}})
         assert store.forgotten_turns("s") == {"m1", "m3"}
+
+
+class Noting(ScriptedChatModel):
+    """A structured-output extractor model: adds what "记住" names, and when a memory
+    shown already says it, answers none with that memory's number (as it is told to)."""
+
+    def with_structured_output(self, schema, **kwargs):
+        class Structured:
+            def invoke(self, messages):
+                text = message_text(messages[-1])
+                said = [line for line in text.split("\n") if line.startswith("human: ")][-1]
+                if "记住" not in said:
+                    return MemoryOperations()
+                shown = [line for line in text.split("\n") if SECRET in line and ". [" in line]
+                if shown:
+                    handle = int(shown[0].split(".", 1)[0])
+                    return MemoryOperations(operations=[MemoryOperation(op="none", handle=handle)])
+                fact = MemoryOperation(op="add", content=f"主人的PIN是{SECRET}", scope="persona")
+                return MemoryOperations(operations=[fact])
+
+        return Structured()
+
+
+def test_a_model_s_none_for_a_fact_already_remembered_links_the_turn(tmp_path):
+    """An `LLMExtractor` told the fact is remembered writes nothing; the memory it names
+    takes this turn with it when it is forgotten."""
+    model = EchoModel()
+    with MemoryStore.open(tmp_path / "memory") as store, open_checkpointer("memory") as saver:
+        extractor = LLMExtractor(Noting(script=[]))
+        config = make_config(model, memory=store, extractor=extractor)
+        graph = build_graph(config, saver)
+        said(graph, FACT)
+        said(graph, NEIGHBOUR)
+        said(graph, AGAIN["other words"])
+        assert store.forget(the_memory(store)), "one memory: the second turn wrote nothing"
+        view = asked(graph, model, "owner", "我的PIN是多少？")
+    assert SECRET not in view
+    assert NEIGHBOUR in view

@@ -159,6 +159,21 @@ class Lifecycle:
             )
         return True
 
+    def _link_turns(
+        self, links: dict[str, set[Turn]], changes: Sequence[Change], adds: Sequence[MemoryItem]
+    ) -> None:
+        """Link to their memories `links` (the turns of the near-duplicates dropped), the
+        turns `changes` say restated a memory, and those `adds` rewrite away: the same id
+        written again (the same words, said inline) keeps the new turn as its source."""
+        for change in changes:
+            if change.action == "restate" and change.target and change.said_in:
+                _link(links, change.target, change.said_in)
+        for item, stored in self._stored_sources(adds):
+            _link(links, str(item.id), stored, item.source)
+        if links:
+            self._history.restated(links)
+            self._forgotten_turns.changed()
+
     def _stored_sources(
         self, items: Sequence[MemoryItem]
     ) -> builtins.list[tuple[MemoryItem, Source]]:
@@ -273,16 +288,12 @@ class Lifecycle:
                     None,
                     [],
                     neighbours=4 * NEIGHBOURS,
-                    restated=lambda new, memory: _link(said_again, memory, new.source),
+                    restated=lambda new, old: _link(
+                        said_again, str(old.id), new.source, old.source
+                    ),
                 )
-                # The same id written again (the same words, said inline) keeps the new turn
-                # as its source: the turn it had is linked.
                 adds = [c.item for c in live if c.action == "add" and c.item is not None]
-                for item, stored in self._stored_sources(adds):
-                    _link(said_again, item, stored)
-                if said_again:
-                    self._history.restated(said_again)
-                    self._forgotten_turns.changed()
+                self._link_turns(said_again, live, adds)
             if adds:
                 self.add_many(adds)
             for change in live:
@@ -292,12 +303,14 @@ class Lifecycle:
                     self.forget(change.target, at=change.at)
 
 
-def _link(links: dict[str, set[Turn]], memory: MemoryItem, said_in: Source) -> None:
-    """Add to `links` the turn `said_in` names as one that said `memory`, unless it is the
-    memory's own source (or names no message)."""
-    own = (memory.source.session_id, memory.source.message_id)
-    if said_in.message_id and (said_in.session_id, said_in.message_id) != own:
-        links.setdefault(str(memory.id), set()).add((said_in.session_id, said_in.message_id))
+def _link(
+    links: dict[str, set[Turn]], memory: str, said_in: Source, own: Source | None = None
+) -> None:
+    """Add to `links` the turn `said_in` names as one that said memory `memory`, unless it
+    names no message or is `own` (the memory's own source)."""
+    turn = (said_in.session_id, said_in.message_id)
+    if said_in.message_id and (own is None or turn != (own.session_id, own.message_id)):
+        links.setdefault(memory, set()).add((said_in.session_id, said_in.message_id))
 
 
 def _forgotten_since(entries: Mapping[str, HistoryEntry], item: MemoryItem, at: float) -> bool:

@@ -80,7 +80,7 @@ def drop_duplicates(
     if not isinstance(store, FindsNeighbours):
         return list(changes)
     shown = {item.id: item for item in recalled}
-    going = {change.target for change in [*earlier, *changes] if change.target}
+    going = {change.replaced for change in [*earlier, *changes] if change.replaced}
     kept: list[Change] = []
     # What the session's earlier jobs write counts as stored (they are applied first).
     fresh: list[MemoryItem] = [c.item for c in earlier if c.item is not None]
