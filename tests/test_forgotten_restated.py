@@ -6,12 +6,13 @@ turn said is dropped, and its turn is linked to the memory), never by the words.
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 from langchain_core.messages import HumanMessage
 
 from graph import LLMExtractor, build_graph, open_checkpointer, wait_for_extractions
-from memory import MemoryItem, MemoryStore
+from memory import MemoryItem, MemoryStore, Scope
 from memory.items import Source
 from memory.lifecycle import history
 from memory.lifecycle.history import HISTORY_COLLECTION, History
@@ -169,3 +170,30 @@ def test_a_model_s_none_for_a_fact_already_remembered_links_the_turn(tmp_path):
         view = asked(graph, model, "owner", "我的PIN是多少？")
     assert SECRET not in view
     assert NEIGHBOUR in view
+
+
+def test_on_a_chroma_server_another_worker_sees_every_turn_of_the_forget(
+    chroma_server, monkeypatch
+):
+    monkeypatch.setattr(history, "CHECK_INTERVAL", 0.0)  # the worker looks at every ask
+    persona, session = f"p{uuid.uuid4().hex[:8]}", f"s{uuid.uuid4().hex[:8]}"
+
+    def said_in(text: str, message: str) -> Change:
+        item = MemoryItem(
+            content=text,
+            scope=Scope.PERSONA,
+            persona_id=persona,
+            source=Source(session_id=session, message_id=message),
+        )
+        return Change(action="add", item=item, at=time.time())
+
+    with (
+        MemoryStore.connect(port=chroma_server) as store,
+        MemoryStore.connect(port=chroma_server) as worker,
+    ):
+        store.apply([said_in(f"我的PIN是{SECRET}", "m1")])
+        worker.apply([said_in(f"我的PIN码是{SECRET}", "m3")])  # the other worker links it
+        assert worker.forgotten_turns(session) == frozenset()
+        (memory,) = store.list(scope="persona", persona_id=persona)
+        assert store.forget(str(memory.id))
+        assert worker.forgotten_turns(session) == {"m1", "m3"}
