@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from memory.lifecycle.operations import Change as Change
     from memory.lifecycle.operations import Forget as Forget
     from memory.lifecycle.operations import Recalled as Recalled
+    from memory.lifecycle.operations import Restated as Restated
     from memory.lifecycle.operations import Supersede as Supersede
     from memory.protocols import AppliesChanges as AppliesChanges
     from memory.protocols import Extractor as Extractor
@@ -46,6 +47,7 @@ __getattr__, __dir__ = lazy_exports(
         "HistoryEntry": "memory.lifecycle.history",
         "Supersede": "memory.lifecycle.operations",
         "Recalled": "memory.lifecycle.operations",
+        "Restated": "memory.lifecycle.operations",
         "Forget": "memory.lifecycle.operations",
         "Change": "memory.lifecycle.operations",
         "Add": "memory.lifecycle.operations",
@@ -90,6 +92,7 @@ __all__ = [
     "PrunesExtractions",
     "RanksByRelevance",
     "Recalled",
+    "Restated",
     "Scope",
     "SearchResult",
     "Source",

@@ -20,9 +20,9 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from memory.items import MemoryItem
+from memory.items import MemoryItem, Source
 from memory.lifecycle.duplicates import NEIGHBOURS, drop_duplicates
-from memory.lifecycle.history import ForgottenTurns, History, HistoryEntry
+from memory.lifecycle.history import ForgottenTurns, History, HistoryEntry, Turn
 from memory.retrieval.aliases import drop_aliases, leave_alias
 from memory.retrieval.lexical import LexicalIndex
 from memory.storage.buckets import Buckets
@@ -117,7 +117,8 @@ class Lifecycle:
         Search and export no longer see them, and in an embedded store the text
         is erased from the files too (`memory.storage.erasure`). An audit line (log
         `cyrene.memory`, and a tombstone in its history) keeps id, scope and time, and
-        the tombstone the id of the message each came from (`forgotten_turns`).
+        the tombstones the session and id of every message that said them: the one each
+        came from and those that said it again (`forgotten_turns`).
 
         Args:
             item_id: the memory's id (a superseded one's too).
@@ -157,6 +158,43 @@ class Lifecycle:
                 "memory forgotten: id=%s scope=%s at=%.3f", forgotten, owners[forgotten][0], when
             )
         return True
+
+    def _link_turns(
+        self, links: dict[str, set[Turn]], changes: Sequence[Change], adds: Sequence[MemoryItem]
+    ) -> None:
+        """Link to their memories `links` (the turns of the near-duplicates dropped), the
+        turns `changes` say restated a memory, and those `adds` rewrite away: the same id
+        written again (the same words, said inline) keeps the new turn as its source."""
+        for change in changes:
+            if change.action == "restate" and change.target and change.said_in:
+                _link(links, change.target, change.said_in)
+        for item, stored in self._stored_sources(adds):
+            _link(links, str(item.id), stored, item.source)
+        if links:
+            self._history.restated(links)
+            self._forgotten_turns.changed()
+
+    def _stored_sources(
+        self, items: Sequence[MemoryItem]
+    ) -> builtins.list[tuple[MemoryItem, Source]]:
+        """The items whose id is a live memory of their bucket, each with the source it is
+        stored with."""
+        by_bucket: dict[str, builtins.list[MemoryItem]] = {}
+        for item in items:
+            by_bucket.setdefault(item.bucket, []).append(item)
+        pairs: builtins.list[tuple[MemoryItem, Source]] = []
+        for bucket, group in by_bucket.items():
+            collection = self._collection(bucket, create=False)
+            if collection is None:
+                continue
+            got = collection.get(ids=[str(i.id) for i in group], include=["metadatas"])
+            stored = dict(zip(got["ids"], got["metadatas"] or [], strict=True))
+            pairs += [
+                (item, MemoryItem.from_record(str(item.id), item.content, dict(meta)).source)
+                for item in group
+                if (meta := stored.get(str(item.id))) is not None
+            ]
+        return pairs
 
     @gated
     def forgotten_turns(self, session_id: str | None) -> frozenset[str]:
@@ -229,7 +267,9 @@ class Lifecycle:
         supersedes and forgets in order (`memory.protocols.AppliesChanges`). An add that
         near-duplicates a live memory of its bucket, or an earlier fact of `changes`, is
         dropped: checked and written under the store's write lock, so no other writer's
-        fact slips in between."""
+        fact slips in between. The turn that said it again is linked to the memory that says
+        it, by ids (`History.restated`), and so is the turn an add of the same id rewrites
+        away, so a forget leaves every turn that said the fact out of the view."""
         with self._writes.held():
             with self._gate.shared():  # not held across the forgets below: they hold it alone
                 adding = [c.item for c in changes if c.action == "add" and c.item is not None]
@@ -240,9 +280,20 @@ class Lifecycle:
                     if c.action != "add"
                     or (c.item is not None and not _forgotten_since(known, c.item, c.at))
                 ]
+                said_again: dict[str, set[Turn]] = {}
                 # Nothing shown to compare with here: a crowd of close memories is read deeper.
-                live = drop_duplicates(live, self, None, [], neighbours=4 * NEIGHBOURS)
-            adds = [c.item for c in live if c.action == "add" and c.item is not None]
+                live = drop_duplicates(
+                    live,
+                    self,
+                    None,
+                    [],
+                    neighbours=4 * NEIGHBOURS,
+                    restated=lambda new, old: _link(
+                        said_again, str(old.id), new.source, old.source
+                    ),
+                )
+                adds = [c.item for c in live if c.action == "add" and c.item is not None]
+                self._link_turns(said_again, live, adds)
             if adds:
                 self.add_many(adds)
             for change in live:
@@ -250,6 +301,16 @@ class Lifecycle:
                     self.supersede(change.target, change.item, at=change.at)
                 elif change.action == "forget" and change.target:
                     self.forget(change.target, at=change.at)
+
+
+def _link(
+    links: dict[str, set[Turn]], memory: str, said_in: Source, own: Source | None = None
+) -> None:
+    """Add to `links` the turn `said_in` names as one that said memory `memory`, unless it
+    names no message or is `own` (the memory's own source)."""
+    turn = (said_in.session_id, said_in.message_id)
+    if said_in.message_id and (own is None or turn != (own.session_id, own.message_id)):
+        links.setdefault(memory, set()).add((said_in.session_id, said_in.message_id))
 
 
 def _forgotten_since(entries: Mapping[str, HistoryEntry], item: MemoryItem, at: float) -> bool:

@@ -30,7 +30,7 @@ a bug mem0's users hit).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 
 from memory.items import MemoryItem
 from memory.lifecycle.operations import Change
@@ -61,6 +61,7 @@ def drop_duplicates(
     *,
     adds: bool = True,
     neighbours: int = NEIGHBOURS,
+    restated: Callable[[MemoryItem, MemoryItem], None] | None = None,
 ) -> list[Change]:
     """The changes without those that would store a fact twice.
 
@@ -72,12 +73,14 @@ def drop_duplicates(
     re-run rewrites them); what `earlier` (the session's earlier jobs' plans, applied
     first) writes counts as stored. A backend that cannot find neighbours
     (`memory.protocols.FindsNeighbours`) is not checked; without `adds`, only supersedes
-    are (the backend checks adds as it writes them: `DropsDuplicatesOnWrite`).
+    are (the backend checks adds as it writes them: `DropsDuplicatesOnWrite`). `restated`
+    is told of each dropped fact and the memory that already says it (its turn said the
+    fact again: `MemoryStore.apply` links the turn to the memory).
     """
     if not isinstance(store, FindsNeighbours):
         return list(changes)
     shown = {item.id: item for item in recalled}
-    going = {change.target for change in [*earlier, *changes] if change.target}
+    going = {change.replaced for change in [*earlier, *changes] if change.replaced}
     kept: list[Change] = []
     # What the session's earlier jobs write counts as stored (they are applied first).
     fresh: list[MemoryItem] = [c.item for c in earlier if c.item is not None]
@@ -93,6 +96,8 @@ def drop_duplicates(
             old = shown.get(str(change.target))
             if old is not None and _words(old.content) == _words(new.content):
                 log.info("supersede dropped: %s says what %s says", new.id, old.id)
+                if restated is not None:
+                    restated(new, old)
                 continue
         else:
             near = next(nearest)
@@ -100,6 +105,8 @@ def drop_duplicates(
             twin = _twin(store, new, near, shown if crowded else {}, going, fresh, threshold)
             if twin is not None:
                 log.info("memory not stored again: %s near-duplicates %s", new.id, twin.id)
+                if restated is not None:
+                    restated(new, twin)
                 continue
         kept.append(change)
         fresh.append(new)

@@ -6,7 +6,11 @@ memory block never shows it again, and is kept here, whole, with
 `invalid_at` the same way; mem0 keeps a history table). A forgotten memory
 leaves only a tombstone: its id, scope, persona and time, never its text, and the id
 of the message it was extracted from (`Source.message_id`), so the model's view can leave
-that turn out (`ForgottenTurns`).
+that turn out (`ForgottenTurns`). A fact said again in a later turn is not stored twice
+(`memory.lifecycle.duplicates`); that turn is linked to the memory (`restated`: the
+memory's id and the turn's session and message ids), and a forget turns each link into a
+tombstone of its own, with a random id and no trace of the memory's, so every turn that
+said the fact leaves the view.
 Forgetting a memory forgets the memories it replaced too, so "forget that"
 leaves no older wording of the fact behind.
 
@@ -20,7 +24,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -38,6 +43,10 @@ State = Literal["live", "superseded", "forgotten"]
 _SUPERSEDED: State = "superseded"
 _FORGOTTEN: State = "forgotten"
 _SOURCE, _SOURCE_SESSION = "source_message_id", "source_session_id"
+_STATED, _RESTATES = "stated", "restates"
+"""A link's state, and its key naming the memory the turn said again."""
+Turn = tuple[str | None, str]
+"""A turn: the session it was said in (None: not known) and the id of its opening message."""
 CHECK_INTERVAL = 1.0
 """Seconds between `ForgottenTurns`' cheap checks for another process's forgets."""
 TURNS_MAX_AGE = 30.0
@@ -117,17 +126,62 @@ class History:
             return
         self.records().delete(ids=ids)
         metas: list[Any] = [
-            {
-                "state": _FORGOTTEN,
-                "at": at,
-                "scope": scopes[i][0],
-                **({"persona_id": scopes[i][1]} if scopes[i][1] else {}),
-                **({_SOURCE: source[1]} if (source := sources.get(i)) and source[1] else {}),
-                **({_SOURCE_SESSION: source[0]} if source and source[1] and source[0] else {}),
-            }
-            for i in ids
+            _tombstone(at, *scopes[i], _turn_of(*sources.get(i, (None, None)))) for i in ids
         ]
         self.records().add(ids=ids, embeddings=_POINT * len(ids), metadatas=metas)
+        self._forget_links({i: (*scopes[i], at) for i in ids})
+
+    def restated(self, links: Mapping[str, Set[Turn]]) -> None:
+        """Link these turns to the memory each said again (memory id → turns), once each.
+
+        A memory forgotten meanwhile (another worker's forget, which missed the link) has
+        its links made tombstones at once, at its tombstone's time."""
+        links = {memory: turns for memory, turns in links.items() if turns}
+        if not links:
+            return
+        known = {(memory, turn) for _, memory, turn in self._linked(list(links))}
+        new = [(m, turn) for m, turns in links.items() for turn in turns if (m, turn) not in known]
+        if new:
+            metas: list[Any] = [
+                {"state": _STATED, _RESTATES: memory, **_turn_meta(turn)} for memory, turn in new
+            ]
+            self.records().add(
+                ids=[_link_id() for _ in new], embeddings=_POINT * len(new), metadatas=metas
+            )
+        gone = self.records().get(ids=list(links), where={"state": _FORGOTTEN})
+        owners: dict[str, tuple[str, str | None, float]] = {}
+        for memory, meta in zip(gone["ids"], gone["metadatas"] or [], strict=True):
+            if meta and isinstance(at := meta.get("at"), int | float):
+                persona = meta.get("persona_id")
+                owners[memory] = (str(meta.get("scope")), str(persona) if persona else None, at)
+        self._forget_links(owners)
+
+    def _linked(self, memories: list[str]) -> list[tuple[str, str, Turn]]:
+        """The links to these memories: each record's id, its memory and its turn."""
+        where: Any = {"$and": [{"state": _STATED}, {_RESTATES: {"$in": memories}}]}
+        got = self.records().get(where=where, include=["metadatas"])
+        return [
+            (record, str(meta[_RESTATES]), turn)
+            for record, meta in zip(got["ids"], got["metadatas"] or [], strict=True)
+            if meta and (turn := _turn_of(meta.get(_SOURCE_SESSION), meta.get(_SOURCE)))
+        ]
+
+    def _forget_links(self, owners: Mapping[str, tuple[str, str | None, float]]) -> None:
+        """Make the links of these forgotten memories (memory → scope, persona, when)
+        tombstones: the turn is kept, the memory's id is not. Written before the links
+        are deleted, so a crash between leaves a link too many, never a turn in view."""
+        if not owners:
+            return
+        links = self._linked(list(owners))
+        if not links:
+            return
+        metas: list[Any] = [
+            _tombstone(owners[memory][2], *owners[memory][:2], turn) for _, memory, turn in links
+        ]
+        self.records().add(
+            ids=[_link_id() for _ in links], embeddings=_POINT * len(links), metadatas=metas
+        )
+        self.records().delete(ids=[record for record, _, _ in links])
 
     def forgotten_sources(self) -> dict[str | None, frozenset[str]]:
         """The message ids forgotten memories were extracted from, by the session they were
@@ -180,6 +234,34 @@ class History:
             found += older
             frontier = [e.item_id for e in older]
         return found
+
+
+def _link_id() -> str:
+    """A link's record id: random, so nothing in it says which memory it was."""
+    return f"{_STATED}:{uuid.uuid4().hex}"
+
+
+def _turn_of(session: Any, message: Any) -> Turn | None:
+    """The turn a record's source names (None: no message)."""
+    if not message:
+        return None
+    return (str(session) if session else None, str(message))
+
+
+def _turn_meta(turn: Turn) -> dict[str, str]:
+    session, message = turn
+    return {_SOURCE: message, **({_SOURCE_SESSION: session} if session else {})}
+
+
+def _tombstone(at: float, scope: str, persona: str | None, turn: Turn | None) -> dict[str, Any]:
+    """A forgotten memory's, or a forgotten memory's link's, record: no text, no words."""
+    return {
+        "state": _FORGOTTEN,
+        "at": at,
+        "scope": scope,
+        **({"persona_id": persona} if persona else {}),
+        **(_turn_meta(turn) if turn else {}),
+    }
 
 
 def _entry(got: Mapping[str, Any], n: int, text: str | None) -> HistoryEntry:

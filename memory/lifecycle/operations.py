@@ -4,7 +4,8 @@ An extractor that implements `extract_operations(messages, memories)`
 (`memory.protocols.ExtractsOperations`) is shown (`nodes.extraction.planning.recall`)
 the readable memories most similar to the conversation, numbered 1..N (`Recalled.handle`), and answers
 with operations: `Add` a fact, `Supersede` handle N with a new fact, `Forget`
-handle N, or nothing (an empty list). Small integer handles, as mem0 does:
+handle N, `Restated` handle N (the turn says it again: nothing is written, the turn is
+linked to it), or nothing (an empty list). Small integer handles, as mem0 does:
 a model can point only at a memory it was shown, never invent an id. A plain
 `MemoryItem` in the answer is an `Add`, so an extractor that only has
 `extract(messages)` keeps working.
@@ -67,25 +68,40 @@ class Forget:
     handle: int
 
 
-Operation = Add | Supersede | Forget
+@dataclass(frozen=True)
+class Restated:
+    """The turn says again what the memory shown as `handle` says: nothing is written, and
+    the turn is linked to that memory, so a forget of it takes this turn out of view too."""
+
+    handle: int
+
+
+Operation = Add | Supersede | Forget | Restated
 
 
 class Change(BaseModel):
     """One operation resolved to real ids and stamped items: what a store applies.
 
     Attributes:
-        action: `add`, `supersede` or `forget`.
+        action: `add`, `supersede`, `forget` or `restate` (the turn said a memory again).
         item: the new memory (add, supersede).
-        target: the id of the memory superseded or forgotten.
+        target: the id of the memory superseded, forgotten or said again.
         at: when it was decided (a replay applies the same time).
+        said_in: the turn that said the memory again (restate: its ids, no text).
     """
 
     model_config = ConfigDict(frozen=True)
 
-    action: Literal["add", "supersede", "forget"]
+    action: Literal["add", "supersede", "forget", "restate"]
     item: MemoryItem | None = None
     target: str | None = None
     at: float
+    said_in: Source | None = None
+
+    @property
+    def replaced(self) -> str | None:
+        """The memory this change takes out of the store: a supersede's or a forget's target."""
+        return self.target if self.action in ("supersede", "forget") else None
 
 
 def handles(
@@ -126,25 +142,26 @@ def resolve(
     written = 0
     for operation in operations:
         operation = Add(operation) if isinstance(operation, MemoryItem) else operation
-        if not isinstance(operation, Add | Supersede | Forget):
+        if not isinstance(operation, Add | Supersede | Forget | Restated):
             raise TypeError(f"an extractor returned {type(operation).__name__}, not an operation")
         target: MemoryItem | None = None
-        if isinstance(operation, Supersede | Forget):
+        if isinstance(operation, Supersede | Forget | Restated):
             target = _target(operation.handle, shown, targeted, persona_id)
             if target is None:
                 continue
-            targeted.add(operation.handle)
+            if not isinstance(operation, Restated):  # saying it again does not change it
+                targeted.add(operation.handle)
         new: MemoryItem | None = None
         if isinstance(operation, Add | Supersede):
             new = stamp(operation.item, written, persona_id=persona_id, source=source)
             if new is None:
                 continue
             written += 1
-        action = {Add: "add", Supersede: "supersede", Forget: "forget"}[type(operation)]
+        action = {Add: "add", Supersede: "supersede", Forget: "forget", Restated: "restate"}
+        change = {"action": action[type(operation)], "item": new, "at": when}
+        said_in = source if isinstance(operation, Restated) else None
         changes.append(
-            Change.model_validate(
-                {"action": action, "item": new, "target": target and target.id, "at": when}
-            )
+            Change.model_validate({**change, "target": target and target.id, "said_in": said_in})
         )
     return changes
 

@@ -258,7 +258,7 @@ def chunk_end(pairs: list[tuple[ExtractionJob, Change]], start: int, size: int) 
     near-duplicates a memory the same write takes (`memory.lifecycle.changes`)."""
     end = min(start + size, len(pairs))
     job = pairs[end - 1][0]
-    if any(change.target for change in job.changes or []):
+    if any(change.replaced for change in job.changes or []):
         while end < len(pairs) and pairs[end][0] is job:
             end += 1
     return end

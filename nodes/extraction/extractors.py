@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from memory.items import MemoryItem, Scope
 from memory.lifecycle.naming import SHARED, covers, named, shares
-from memory.lifecycle.operations import Add, Forget, Operation, Recalled, Supersede
+from memory.lifecycle.operations import Add, Forget, Operation, Recalled, Restated, Supersede
 from memory.protocols import MemoryBackend
 from nodes.kernel.messages import last_human, message_text
 
@@ -151,10 +151,13 @@ class MemoryOperation(BaseModel):
     op: Literal["add", "supersede", "forget", "none"] = Field(
         description="add: a new fact; supersede: the memory numbered `handle` is no longer "
         "true and `content` replaces it; forget: the owner asked to forget memory `handle`; "
-        "none: nothing to do."
+        "none: nothing to do (when the fact is already remembered, `handle` is the number of "
+        "the memory that says it)."
     )
     handle: int | None = Field(
-        default=None, description="For supersede and forget: the number of the memory shown."
+        default=None,
+        description="For supersede and forget: the number of the memory shown; for none, that "
+        "of the memory that already says the fact, if one does.",
     )
     content: str = Field(default="", description="For add and supersede: the fact, one sentence.")
     kind: str = Field(default="fact", description="A short tag such as habit, preference, plan.")
@@ -177,7 +180,7 @@ EXTRACTION_PROMPT = (
 OPERATIONS_PROMPT = EXTRACTION_PROMPT + (
     "\n下面列出已有的相关记忆，每条前面有编号。对每条新信息选择一个操作："
     "add（新的事实，已有记忆里没有）；supersede（某条已有记忆不再成立，用新事实取代它，填它的编号）；"
-    "forget（主人明确要求忘掉某条记忆，填它的编号）；none（已经记住了或不值得记）。"
+    "forget（主人明确要求忘掉某条记忆，填它的编号）；none（已经记住了——填说着这件事的那条记忆的编号——或不值得记）。"
     "只能用列出的编号，不要编造编号；同一件事已经记住时不要再 add。"
     "supersede 和 forget 只用于主人的话明确指出的那一条：「忘掉吧」「算了，没什么」「更正一下」"
     "「forget that, never mind」这类没有说是哪条的话，以及说的是一件没记过的事（例如问到没存过的"
@@ -240,6 +243,8 @@ class LLMExtractor:
             handle = choice.handle if choice.handle is not None else 0
             if choice.op == "forget":
                 operations.append(Forget(handle))
+            elif choice.op == "none" and choice.handle is not None:
+                operations.append(Restated(handle))
             elif choice.op in ("add", "supersede") and choice.content.strip():
                 # Unnamed, a new fact stays private; a correction stays where the fact was.
                 if choice.scope:

@@ -10,11 +10,12 @@ each other.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 from langchain_core.messages import BaseMessage
 
-from memory.items import Source
+from memory.items import MemoryItem, Source
 from memory.lifecycle.duplicates import drop_duplicates
 from memory.lifecycle.operations import Change, Recalled, handles, resolve
 from memory.protocols import (
@@ -57,7 +58,7 @@ def recall(
         hits = list(store.relevant(query, persona_id, k=RECALL_LIMIT))
     else:
         hits = list(store.search(query, persona_id=persona_id, restricted=False, k=RECALL_POOL))
-    gone = {change.target for change in earlier if change.target}
+    gone = {change.replaced for change in earlier if change.replaced}
     scored = [(hit.item, hit.relevance) for hit in hits if hit.item.id not in gone]
     written = [c.item for c in earlier if c.item is not None and c.item.id not in gone]
     if written and isinstance(store, FindsNeighbours):
@@ -87,11 +88,21 @@ def plan_extraction(
     # A store that checks its adds as it writes them is not asked twice.
     adds = not (isinstance(store, DropsDuplicatesOnWrite) and store.drops_duplicates_on_write)
     shown = [r.item for r in recalled]
+    # A fact dropped for saying what a memory says was said again in this turn.
+    said_again: list[Change] = []
+
+    def restated(new: MemoryItem, memory: MemoryItem) -> None:
+        restate = {"target": memory.id, "said_in": new.source, "at": time.time()}
+        said_again.append(Change.model_validate({"action": "restate", **restate}))
+
     try:
-        return drop_duplicates(changes, store, persona_id, shown, earlier, adds=adds)
+        kept = drop_duplicates(
+            changes, store, persona_id, shown, earlier, adds=adds, restated=restated
+        )
     except Exception as exc:  # the store is down: its write will wait for it, not the model
         log.warning("near-duplicate check skipped (%s: %s)", type(exc).__name__, exc)
         return changes
+    return kept + said_again
 
 
 _UNAPPLIED: set[type] = set()
@@ -107,7 +118,7 @@ def apply_changes(store: MemoryBackend, changes: Sequence[Change]) -> None:
         _UNAPPLIED.add(type(store))
         log.warning(
             "memory backend %s has no apply(): supersede and forget operations only add "
-            "their new fact",
+            "their new fact, and a fact said again links no turn",
             type(store).__name__,
         )
     store.add_many([change.item for change in changes if change.item is not None])
