@@ -60,12 +60,21 @@ class Source(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     session_id: str | None = None
+    """The session it was said in, as the app names it (`SessionEnv.session_id`)."""
     message_id: str | None = None
+    """The message or turn it was said in, as the app names it (`SessionEnv.turn_id`)."""
     extraction: str | None = None
     """The background extraction that wrote it (its ledger key): a re-run of that
     extraction replaces what this one wrote."""
+    thread_id: str | None = None
+    """The thread the turn ran in, whatever the app calls the session: with `opening_id`,
+    the turn a forget takes out of that thread's view (`MemoryStore.forgotten_turns`)."""
+    opening_id: str | None = None
+    """The id of the human message that opened the turn in its thread."""
 
-    _clean = field_validator("session_id", "message_id", "extraction")(_clean_optional)
+    _clean = field_validator("session_id", "message_id", "extraction", "thread_id", "opening_id")(
+        _clean_optional
+    )
 
 
 RESERVED_ID_PREFIX = "alias:"
@@ -147,6 +156,8 @@ class MemoryItem(BaseModel):
             ("source_session_id", self.source.session_id),
             ("source_message_id", self.source.message_id),
             ("source_extraction", self.source.extraction),
+            ("source_thread_id", self.source.thread_id),
+            ("source_opening_id", self.source.opening_id),
         ):
             if value:
                 meta[key] = value
@@ -165,6 +176,8 @@ class MemoryItem(BaseModel):
                 session_id=meta.get("source_session_id"),
                 message_id=meta.get("source_message_id"),
                 extraction=meta.get("source_extraction"),
+                thread_id=meta.get("source_thread_id"),
+                opening_id=meta.get("source_opening_id"),
             ),
             created_at=float(meta.get("created_at", 0.0)),
         )

@@ -132,9 +132,12 @@ class KnowsForgottenTurns(Protocol):
     leaves the view as it is.
     """
 
-    def forgotten_turns(self, session_id: str | None) -> frozenset[str]:
-        """The ids of the human messages that opened turns of session `session_id` whose
-        memories were forgotten: asked every round, so it must be cheap (cached)."""
+    def forgotten_turns(
+        self, session_id: str | None, thread_id: str | None = None
+    ) -> frozenset[str]:
+        """The ids of the human messages that opened turns of thread `thread_id`, run as
+        session `session_id`, whose memories were forgotten: asked every round, so it must
+        be cheap (cached)."""
         ...
 
 

@@ -15,7 +15,7 @@ from graph import LLMExtractor, build_graph, open_checkpointer, wait_for_extract
 from memory import MemoryItem, MemoryStore, Scope
 from memory.items import Source
 from memory.lifecycle import history
-from memory.lifecycle.history import HISTORY_COLLECTION, History
+from memory.lifecycle.history import HISTORY_COLLECTION, History, Turn
 from memory.lifecycle.operations import Change
 from memory.storage.sealing import Plain
 from nodes.extraction.extractors import MemoryOperation, MemoryOperations
@@ -130,7 +130,7 @@ def test_a_turn_linked_after_its_memory_was_forgotten_is_a_tombstone_at_once(tmp
         store.apply([turn(f"我的PIN是{SECRET}", "m1")])
         (memory,) = store.list()
         assert store.forget(str(memory.id))
-        History(store.client, Plain()).restated({str(memory.id): {("s", "m3")}})
+        History(store.client, Plain()).restated({str(memory.id): {Turn("s", "m3")}})
         assert store.forgotten_turns("s") == {"m1", "m3"}
 
 

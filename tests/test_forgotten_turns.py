@@ -16,6 +16,7 @@ from graph import (
     Compaction,
     ConversationRecall,
     ManualExtractor,
+    SessionEnv,
     build_graph,
     open_checkpointer,
     wait_for_extractions,
@@ -199,7 +200,41 @@ def test_a_forget_leaves_another_session_s_turn_of_the_same_message_id_in_view(t
     assert SECRET not in mine
 
 
-def broken(session_id: str | None) -> frozenset[str]:
+@pytest.mark.parametrize(
+    "contexts",
+    [
+        pytest.param((SessionEnv(turn_id="turn-7"), SessionEnv()), id="the app's turn id"),
+        pytest.param((SessionEnv(session_id="chat-A"), SessionEnv()), id="session id, then none"),
+        pytest.param(
+            (SessionEnv(session_id="chat-A"), SessionEnv(session_id="chat-B")),
+            id="session id, then another",
+        ),
+    ],
+)
+def test_the_turn_leaves_its_thread_s_view_whatever_ids_the_app_stamped(tmp_path, contexts):
+    """`SessionEnv.session_id` and `turn_id` name a memory's provenance as the app wants it;
+    the turn a forget takes out is where it ran: its thread and its opening message."""
+    said_with, later = contexts
+    model = EchoModel()
+    with MemoryStore.open(tmp_path / "memory") as store, open_checkpointer("memory") as saver:
+        graph = graph_with(model, store, saver, budget=100_000)
+        graph.invoke({"messages": [HumanMessage(FACT)]}, thread("owner"), context=said_with)
+        graph.invoke({"messages": [HumanMessage(NEIGHBOUR)]}, thread("owner"), context=later)
+        assert wait_for_extractions(30)
+        (memory,) = [m for m in store.list() if SECRET in m.content]
+        provenance = (said_with.session_id or "owner", said_with.turn_id or opened_by(memory))
+        assert (memory.source.session_id, memory.source.message_id) == provenance
+        assert store.forget(str(memory.id))
+        graph.invoke({"messages": [HumanMessage("我妹妹去哪了？")]}, thread("owner"), context=later)
+    assert SECRET not in sent(model)
+    assert NEIGHBOUR in sent(model)
+
+
+def opened_by(memory: MemoryItem) -> str | None:
+    return memory.source.opening_id
+
+
+def broken(session_id: str | None, thread_id: str | None = None) -> frozenset[str]:
     raise RuntimeError("the store is down")
 
 

@@ -149,7 +149,7 @@ class Lifecycle:
             found[0].delete(ids=[item_id])
         # The words they left as aliases go too, and any alias that pointed to them.
         words = list(dict.fromkeys(w for c in self._stored() for w in drop_aliases(c, ids)))
-        sources = {str(i.id): (i.source.session_id, i.source.message_id) for i in [subject, *older]}
+        sources = {str(i.id): Turn.said(i.source) for i in [subject, *older]}
         self._history.forgotten(ids, owners, when, sources)
         self._forgotten_turns.changed()
         self._erase([*ids, *words])
@@ -197,13 +197,17 @@ class Lifecycle:
         return pairs
 
     @gated
-    def forgotten_turns(self, session_id: str | None) -> frozenset[str]:
-        """The ids of the messages that opened turns of session `session_id` whose memories
-        were forgotten (`memory.protocols.KnowsForgottenTurns`): that session's view leaves
-        those turns out. By session, since a caller may give two sessions' messages the same
-        id. Cached: read again when a forget here, or the history's record count once a
-        second, says so."""
-        return self._forgotten_turns.read(session_id)
+    def forgotten_turns(
+        self, session_id: str | None, thread_id: str | None = None
+    ) -> frozenset[str]:
+        """The ids of the messages that opened turns of thread `thread_id` (run as session
+        `session_id`) whose memories were forgotten (`memory.protocols.KnowsForgottenTurns`):
+        that thread's view leaves those turns out. By thread, since a caller may give two
+        threads' messages the same id, and whatever session or turn ids the app stamped; a
+        memory that names no thread (stamped before threads were kept, or added by hand with
+        a `Source`) by its session and message id. Cached: read again when a forget here, or
+        the history's record count once a second, says so."""
+        return self._forgotten_turns.read(session_id, thread_id)
 
     @gated
     def history(self, item_id: str) -> builtins.list[HistoryEntry]:
@@ -308,9 +312,9 @@ def _link(
 ) -> None:
     """Add to `links` the turn `said_in` names as one that said memory `memory`, unless it
     names no message or is `own` (the memory's own source)."""
-    turn = (said_in.session_id, said_in.message_id)
-    if said_in.message_id and (own is None or turn != (own.session_id, own.message_id)):
-        links.setdefault(memory, set()).add((said_in.session_id, said_in.message_id))
+    turn = Turn.said(said_in)
+    if turn is not None and (own is None or turn != Turn.said(own)):
+        links.setdefault(memory, set()).add(turn)
 
 
 def _forgotten_since(entries: Mapping[str, HistoryEntry], item: MemoryItem, at: float) -> bool:

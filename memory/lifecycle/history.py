@@ -33,7 +33,7 @@ from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
 from chromadb.errors import NotFoundError
 
-from memory.items import MemoryItem
+from memory.items import MemoryItem, Source
 from memory.storage.sealing import Documents
 
 HISTORY_COLLECTION = "cyrene_memory_history"
@@ -42,15 +42,69 @@ _POINT: list[Sequence[float]] = [[1.0]]
 State = Literal["live", "superseded", "forgotten"]
 _SUPERSEDED: State = "superseded"
 _FORGOTTEN: State = "forgotten"
-_SOURCE, _SOURCE_SESSION = "source_message_id", "source_session_id"
+_SOURCE_KEYS = ("source_session_id", "source_message_id", "source_thread_id", "source_opening_id")
+"""A `Turn`'s keys in a record's metadata (a memory's `Source` has the same)."""
 _STATED, _RESTATES = "stated", "restates"
 """A link's state, and its key naming the memory the turn said again."""
-Turn = tuple[str | None, str]
-"""A turn: the session it was said in (None: not known) and the id of its opening message."""
 CHECK_INTERVAL = 1.0
 """Seconds between `ForgottenTurns`' cheap checks for another process's forgets."""
 TURNS_MAX_AGE = 30.0
 """Seconds `ForgottenTurns` trusts its cheap check before it reads the tombstones again."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A turn a memory was said in, by ids only: as the app names it (its session, and its
+    message or turn id) and as the loop ran it (the thread, and the id of the human message
+    that opened it there). The loop's pair is what a view leaves out; a memory stamped before
+    it was kept, or added by hand with a `Source`, has the app's only."""
+
+    session: str | None = None
+    message: str | None = None
+    thread: str | None = None
+    opening: str | None = None
+
+    @classmethod
+    def said(cls, source: Source) -> Turn | None:
+        """The turn a memory's source names (None: it names no message)."""
+        return cls(
+            source.session_id, source.message_id, source.thread_id, source.opening_id
+        ).named()
+
+    @classmethod
+    def recorded(cls, meta: Mapping[str, Any]) -> Turn | None:
+        """The turn a record's metadata names (None: it names no message)."""
+        return cls(*(str(v) if v else None for v in map(meta.get, _SOURCE_KEYS))).named()
+
+    def named(self) -> Turn | None:
+        return self if self.message or (self.thread and self.opening) else None
+
+    def meta(self) -> dict[str, str]:
+        ids = (self.session, self.message, self.thread, self.opening)
+        return {key: value for key, value in zip(_SOURCE_KEYS, ids, strict=True) if value}
+
+
+@dataclass(frozen=True)
+class ForgottenSources:
+    """The turns forgotten memories were said in: the opening message ids by thread, and,
+    for tombstones that name no thread, the message ids by the app's session (None: no
+    session named either)."""
+
+    by_thread: Mapping[str, frozenset[str]]
+    by_session: Mapping[str | None, frozenset[str]]
+
+    def of(self, session_id: str | None, thread_id: str | None) -> frozenset[str]:
+        """The forgotten turns a view of thread `thread_id`, run as session `session_id`,
+        leaves out."""
+        none: frozenset[str] = frozenset()
+        return (
+            self.by_thread.get(thread_id or "", none)
+            | self.by_session.get(session_id, none)
+            | self.by_session.get(None, none)
+        )
+
+
+NO_SOURCES = ForgottenSources({}, {})
 
 
 @dataclass(frozen=True)
@@ -114,10 +168,10 @@ class History:
         ids: list[str],
         scopes: Mapping[str, tuple[str, str | None]],
         at: float,
-        sources: Mapping[str, tuple[str | None, str | None]],
+        sources: Mapping[str, Turn | None],
     ) -> None:
-        """Tombstones for these ids (scope and persona from `scopes`, the session and the id
-        of the message each came from in `sources`): the text goes.
+        """Tombstones for these ids (scope and persona from `scopes`, the turn each came from
+        in `sources`): the text goes.
 
         A kept record is deleted before its tombstone is written, since an
         upsert without a document would keep the old one.
@@ -125,9 +179,7 @@ class History:
         if not ids:
             return
         self.records().delete(ids=ids)
-        metas: list[Any] = [
-            _tombstone(at, *scopes[i], _turn_of(*sources.get(i, (None, None)))) for i in ids
-        ]
+        metas: list[Any] = [_tombstone(at, *scopes[i], sources.get(i)) for i in ids]
         self.records().add(ids=ids, embeddings=_POINT * len(ids), metadatas=metas)
         self._forget_links({i: (*scopes[i], at) for i in ids})
 
@@ -143,7 +195,7 @@ class History:
         new = [(m, turn) for m, turns in links.items() for turn in turns if (m, turn) not in known]
         if new:
             metas: list[Any] = [
-                {"state": _STATED, _RESTATES: memory, **_turn_meta(turn)} for memory, turn in new
+                {"state": _STATED, _RESTATES: memory, **turn.meta()} for memory, turn in new
             ]
             self.records().add(
                 ids=[_link_id() for _ in new], embeddings=_POINT * len(new), metadatas=metas
@@ -163,7 +215,7 @@ class History:
         return [
             (record, str(meta[_RESTATES]), turn)
             for record, meta in zip(got["ids"], got["metadatas"] or [], strict=True)
-            if meta and (turn := _turn_of(meta.get(_SOURCE_SESSION), meta.get(_SOURCE)))
+            if meta and (turn := Turn.recorded(meta))
         ]
 
     def _forget_links(self, owners: Mapping[str, tuple[str, str | None, float]]) -> None:
@@ -183,21 +235,25 @@ class History:
         )
         self.records().delete(ids=[record for record, _, _ in links])
 
-    def forgotten_sources(self) -> dict[str | None, frozenset[str]]:
-        """The message ids forgotten memories were extracted from, by the session they were
-        said in (None: a tombstone that names no session, written before sessions were kept);
-        one read of the tombstones."""
+    def forgotten_sources(self) -> ForgottenSources:
+        """The turns forgotten memories were said in: by the thread the loop ran them in,
+        or, for a tombstone that names none, by the app's session; one read of the
+        tombstones."""
         collection = self.existing()
         if collection is None:
-            return {}
+            return NO_SOURCES
         got = collection.get(where={"state": _FORGOTTEN}, include=["metadatas"])
+        by_thread: dict[str, set[str]] = {}
         by_session: dict[str | None, set[str]] = {}
-        for meta in got["metadatas"] or []:
-            if meta and meta.get(_SOURCE):
-                session = meta.get(_SOURCE_SESSION)
-                key = None if session is None else str(session)
-                by_session.setdefault(key, set()).add(str(meta[_SOURCE]))
-        return {session: frozenset(ids) for session, ids in by_session.items()}
+        for turn in filter(None, map(Turn.recorded, filter(None, got["metadatas"] or []))):
+            if turn.thread and turn.opening:
+                by_thread.setdefault(turn.thread, set()).add(turn.opening)
+            elif turn.message:
+                by_session.setdefault(turn.session, set()).add(turn.message)
+        return ForgottenSources(
+            {thread: frozenset(ids) for thread, ids in by_thread.items()},
+            {session: frozenset(ids) for session, ids in by_session.items()},
+        )
 
     def entry(self, item_id: str) -> HistoryEntry | None:
         return self.entries([item_id]).get(item_id)
@@ -241,18 +297,6 @@ def _link_id() -> str:
     return f"{_STATED}:{uuid.uuid4().hex}"
 
 
-def _turn_of(session: Any, message: Any) -> Turn | None:
-    """The turn a record's source names (None: no message)."""
-    if not message:
-        return None
-    return (str(session) if session else None, str(message))
-
-
-def _turn_meta(turn: Turn) -> dict[str, str]:
-    session, message = turn
-    return {_SOURCE: message, **({_SOURCE_SESSION: session} if session else {})}
-
-
 def _tombstone(at: float, scope: str, persona: str | None, turn: Turn | None) -> dict[str, Any]:
     """A forgotten memory's, or a forgotten memory's link's, record: no text, no words."""
     return {
@@ -260,7 +304,7 @@ def _tombstone(at: float, scope: str, persona: str | None, turn: Turn | None) ->
         "at": at,
         "scope": scope,
         **({"persona_id": persona} if persona else {}),
-        **(_turn_meta(turn) if turn else {}),
+        **(turn.meta() if turn else {}),
     }
 
 
@@ -297,19 +341,18 @@ class ForgottenTurns:
         self._checked: tuple[int, float] | None = None  # changes and time of the last check
         self._seen: tuple[int, int] | None = None
         self._read_at = 0.0
-        self._turns: dict[str | None, frozenset[str]] = {}
+        self._turns = NO_SOURCES
 
     def changed(self) -> None:
         with self._lock:
             self._changes += 1
 
-    def read(self, session_id: str | None) -> frozenset[str]:
-        """The forgotten turns said in `session_id` (and those of tombstones that name no
-        session)."""
-        turns = self._all()
-        return turns.get(session_id, frozenset()) | turns.get(None, frozenset())
+    def read(self, session_id: str | None, thread_id: str | None = None) -> frozenset[str]:
+        """The forgotten turns a view of thread `thread_id`, run as session `session_id`,
+        leaves out (`ForgottenSources.of`)."""
+        return self._all().of(session_id, thread_id)
 
-    def _all(self) -> dict[str | None, frozenset[str]]:
+    def _all(self) -> ForgottenSources:
         with self._lock:
             now = self._clock()
             if self._checked is not None:

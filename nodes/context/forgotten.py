@@ -59,17 +59,18 @@ def forgotten_turns(
     store = loop.config.memory
     if store is None or not names_forgotten_turns(type(store)):
         return frozenset()
-    session = loop.session_id(env, config)
-    last: dict[str | None, frozenset[str]] = loop.remembered((LAST_READ, id(store)), dict)
+    session, thread = loop.session_id(env, config), thread_id(config)
+    last: dict[tuple[str | None, str | None], frozenset[str]]
+    last = loop.remembered((LAST_READ, id(store)), dict)
     try:
-        turns = cast(KnowsForgottenTurns, store).forgotten_turns(session)
+        turns = cast(KnowsForgottenTurns, store).forgotten_turns(session, thread)
     except Exception:
-        if session in last:
+        if (session, thread) in last:
             log.warning("reading the forgotten turns failed; the last read stands", exc_info=True)
-            return last[session]
+            return last[session, thread]
         log.exception("reading the forgotten turns failed; this round shows no recall")
         return None
-    last[session] = turns
+    last[session, thread] = turns
     return turns
 
 

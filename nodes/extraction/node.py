@@ -237,12 +237,24 @@ def snapshot_until(messages: Sequence[BaseMessage], boundary: str) -> list[BaseM
     return None
 
 
+def opened_by(messages: Sequence[BaseMessage]) -> str | None:
+    """The id of the human message the turn `messages` end with was opened by in its thread:
+    with the thread, what a forget of its memories takes out of that thread's view, whatever
+    session and turn ids the app stamped (`Source.opening_id`)."""
+    human = last_human(messages)
+    return human.id if human else None
+
+
 def job_for(loop: Loop, entry: PendingExtraction, snapshot: Sequence[BaseMessage]) -> ExtractionJob:
     """The background job that runs `entry` on `snapshot` (the config has an extractor)."""
     extractor, store = loop.config.extractor, loop.config.memory
     assert extractor is not None and store is not None
     source = Source(
-        session_id=entry["session_id"], message_id=entry["message_id"], extraction=entry["key"]
+        session_id=entry["session_id"],
+        message_id=entry["message_id"],
+        extraction=entry["key"],
+        thread_id=entry.get("thread"),
+        opening_id=opened_by(snapshot),
     )
     return ExtractionJob(
         key=entry["key"],
@@ -319,7 +331,12 @@ def extract_turn(
         return []
     snapshot = extractable(messages)
     persona_id = loop.persona_for(env)
-    source = Source(session_id=loop.session_id(env, config), message_id=loop.turn_id(env, messages))
+    source = Source(
+        session_id=loop.session_id(env, config),
+        message_id=loop.turn_id(env, messages),
+        thread_id=thread_id(config),
+        opening_id=opened_by(messages),
+    )
     boundary = str(snapshot[-1].id)
     entry = PendingExtraction(
         key=extraction_key(thread_id(config), opening),
