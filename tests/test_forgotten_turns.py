@@ -20,6 +20,7 @@ from graph import (
     open_checkpointer,
     wait_for_extractions,
 )
+from graph.storage.archive import ProcessArchive
 from memory import MemoryItem, MemoryStore
 from memory.embedding import HashingEmbedding
 from memory.items import Source
@@ -27,7 +28,7 @@ from memory.lifecycle import history
 from memory.lifecycle.history import HISTORY_COLLECTION, ForgottenTurns, History
 from nodes.kernel.messages import message_text
 from nodes.kernel.transcript import without_turns
-from nodes.recall.index import SESSION_INDEXES
+from nodes.recall.index import SESSION_INDEXES, SessionIndex
 from tests.boundary_support import EndlessModel
 from tests.conftest import make_config, thread
 from tests.payload_checks import payload_problems
@@ -123,6 +124,27 @@ def test_the_message_after_a_forgotten_turn_does_not_recognise_its_words(tmp_pat
             assert SESSION_INDEXES.settled(timeout=30)
         view = asked(graph, model, "owner", "我妹妹去大理学什么了？")
         assert any(NEIGHBOUR in line for line in recalled_lines(view)), "found by its own words"
+
+
+def test_until_the_index_leaves_the_turn_out_a_search_drops_what_may_hold_its_words():
+    """The pass that leaves a forgotten turn out runs in the background; a round before it
+    ends searches entries that hold its words, and shows none of them."""
+    archive, where = ProcessArchive(), ("owner", "")
+    forgotten = HumanMessage("记住 门禁密码是ZEBRA7391", id="forgotten")
+    reply, after = AIMessage("好的，记住了：ZEBRA7391"), HumanMessage("谢谢，帮我收好", id="next")
+    archive.append(where, 0, [forgotten, reply, after, AIMessage("好")])
+    index = SessionIndex()
+    index.catch_up(archive, where, 4)
+    turns = frozenset({"forgotten"})
+
+    def found(query: str) -> list[str]:
+        hits = index.search(query, restricted=False, n=10, forgotten=turns)
+        return [message_text(hit.message) for hit in hits]
+
+    assert found("ZEBRA7391") == found("739") == [], "before the pass"
+    index.catch_up(archive, where, 4, turns)
+    assert found("ZEBRA7391") == found("739") == [], "after it"
+    assert after.content in found("帮我收好"), "the next message, indexed alone"
 
 
 def test_an_index_built_after_the_forget_holds_none_of_the_turn_s_words(tmp_path):
