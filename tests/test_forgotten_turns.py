@@ -21,6 +21,7 @@ from graph import (
     open_checkpointer,
     wait_for_extractions,
 )
+from graph.storage.archive import ProcessArchive
 from memory import MemoryItem, MemoryStore
 from memory.embedding import HashingEmbedding
 from memory.items import Source
@@ -28,6 +29,7 @@ from memory.lifecycle import history
 from memory.lifecycle.history import HISTORY_COLLECTION, ForgottenTurns, History
 from nodes.kernel.messages import message_text
 from nodes.kernel.transcript import without_turns
+from nodes.recall.index import SESSION_INDEXES, SessionIndex
 from tests.boundary_support import EndlessModel
 from tests.conftest import make_config, thread
 from tests.payload_checks import payload_problems
@@ -99,10 +101,70 @@ def test_an_archived_forgotten_turn_does_not_come_back_through_recall(tmp_path):
         assert store.forget(extracted(store))
         view = asked(graph, model, "owner", "我的银行卡密码是多少？记住了吗")
         assert SECRET not in view
+        assert SESSION_INDEXES.settled(timeout=30)  # the next turn is indexed again, alone
         view = asked(graph, model, "owner", "我妹妹去大理学什么了？")
         assert any(NEIGHBOUR in line for line in recalled_lines(view)), "the next turn is recalled"
         messages = graph.get_state(thread("owner")).values["messages"]
     assert all(SECRET not in message_text(m) for m in messages), "archived, not in the window"
+
+
+def test_the_message_after_a_forgotten_turn_does_not_recognise_its_words(tmp_path):
+    """Recall indexes a message with the one before it; the next turn's first message was
+    indexed with the forgotten reply, and surfaced for the forgotten code, or for any three of
+    its characters: a way to test guesses."""
+    model = EchoModel()
+    with MemoryStore.open(tmp_path / "memory") as store, open_checkpointer("memory") as saver:
+        graph = graph_with(model, store, saver)
+        said(graph, FACT)
+        imported(graph, "owner", with_fact(NEIGHBOUR, at=0))
+        assert store.forget(extracted(store))
+        # The round right after the forget, then one after the index was rebuilt without it.
+        for guess in (SECRET, SECRET[1:]):
+            view = asked(graph, model, "owner", guess)
+            assert not any(NEIGHBOUR in line for line in recalled_lines(view)), guess
+            assert SESSION_INDEXES.settled(timeout=30)
+        view = asked(graph, model, "owner", "我妹妹去大理学什么了？")
+        assert any(NEIGHBOUR in line for line in recalled_lines(view)), "found by its own words"
+
+
+def test_until_the_index_leaves_the_turn_out_a_search_drops_what_may_hold_its_words():
+    """The pass that leaves a forgotten turn out runs in the background; a round before it
+    ends searches entries that hold its words, and shows none of them."""
+    archive, where = ProcessArchive(), ("owner", "")
+    forgotten = HumanMessage("记住 门禁密码是ZEBRA7391", id="forgotten")
+    reply, after = AIMessage("好的，记住了：ZEBRA7391"), HumanMessage("谢谢，帮我收好", id="next")
+    archive.append(where, 0, [forgotten, reply, after, AIMessage("好")])
+    index = SessionIndex()
+    index.catch_up(archive, where, 4)
+    turns = frozenset({"forgotten"})
+
+    def found(query: str) -> list[str]:
+        hits = index.search(query, restricted=False, n=10, forgotten=turns)
+        return [message_text(hit.message) for hit in hits]
+
+    assert found("ZEBRA7391") == found("739") == [], "before the pass"
+    index.catch_up(archive, where, 4, turns)
+    assert found("ZEBRA7391") == found("739") == [], "after it"
+    assert after.content in found("帮我收好"), "the next message, indexed alone"
+
+
+def test_an_index_built_after_the_forget_holds_none_of_the_turn_s_words(tmp_path):
+    """A new process builds the session's index from the archive: without the forgotten turn,
+    and with the message after it indexed alone."""
+    url = f"sqlite:///{tmp_path / 'checkpoints.db'}"
+    with MemoryStore.open(tmp_path / "memory") as store:
+        with open_checkpointer(url) as saver:
+            graph = graph_with(EchoModel(), store, saver)
+            said(graph, FACT)
+            imported(graph, "owner", with_fact(NEIGHBOUR, at=0))
+        assert store.forget(extracted(store))
+        model = EchoModel()
+        with open_checkpointer(url) as saver:  # a new process's archive: its index is new
+            graph = graph_with(model, store, saver)
+            view = asked(graph, model, "owner", SECRET[:3])
+            assert not any(NEIGHBOUR in line for line in recalled_lines(view))
+            view = asked(graph, model, "owner", "我妹妹去大理学什么了？")
+            assert any(NEIGHBOUR in line for line in recalled_lines(view))
 
 
 def test_a_forgotten_turn_in_the_live_window_is_not_sent_again(tmp_path):

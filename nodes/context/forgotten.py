@@ -5,9 +5,10 @@ A memory extracted in a turn carries the id of the human message that opened it
 store that `KnowsForgottenTurns` names them. Every message of such a turn (the
 opening, the replies, tool calls and results) stays in the transcript and out of the
 view: out of the live window (`nodes.context.assemble.visible_conversation`) and out
-of conversation recall (`nodes.recall.block`). By ids only: nothing of the forgotten
-words is kept to match them with, since any recogniser of a short forgotten text
-(a PIN, a name) is a way to recover it.
+of conversation recall (`nodes.recall.index`, where the message after it, indexed with
+its words, is indexed again without them). By ids only: nothing of the forgotten words
+is kept to match them with, since any recogniser of a short forgotten text (a PIN, a
+name) is a way to recover it.
 
 A summary written before a forget may hold the turn's words: it records the forgotten
 turns it was written without (`Summary.left_out`), and one that does not name them all is

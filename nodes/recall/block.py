@@ -57,7 +57,7 @@ def recall_block(
 ) -> str:
     """This round's recalled conversation from the session's `archived` messages, or ''
     (off, nothing archived, no query, no hit, or `forgotten` unknown: None). A message of a
-    turn `forgotten` opened is never shown (`nodes.context.forgotten`)."""
+    turn `forgotten` opened is never shown, nor found by its words (`nodes.context.forgotten`)."""
     budget = loop.feature(ConversationRecall).max_tokens
     saver = checkpointer_of(config)
     if budget <= 0 or not archived or saver is None or not query.strip() or forgotten is None:
@@ -66,9 +66,8 @@ def recall_block(
     if archive is None:
         return ""
     thread = (str(thread_id(config)), graph_namespace(config))
-    index = SESSION_INDEXES.of(archive, thread, archived)
-    found = index.search(query, restricted=env.restricted, n=CANDIDATES)
-    hits = [hit for hit in found if hit.turn not in forgotten]
+    index = SESSION_INDEXES.of(archive, thread, archived, forgotten)
+    hits = index.search(query, restricted=env.restricted, n=CANDIDATES, forgotten=forgotten)
     speaker = partial(speaker_of, current=loop.persona_for(env), describe=describe)
     return format_recall(hits, budget, restricted=env.restricted, speaker=speaker, zone=loop.zone)
 
