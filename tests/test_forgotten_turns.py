@@ -6,6 +6,8 @@ transcript keeps it; other turns and other sessions are shown as before.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import chromadb
@@ -92,13 +94,20 @@ def sent(model) -> str:
     return "\n".join(message_text(m) for m in model.requests[-1].messages)
 
 
-def test_an_archived_forgotten_turn_does_not_come_back_through_recall(tmp_path):
+@contextmanager
+def forgotten_then_neighbour(tmp_path) -> Iterator[tuple[Any, EchoModel]]:
+    """A graph whose owner said the fact, then `NEIGHBOUR` (archived), and forgot the fact."""
     model = EchoModel()
     with MemoryStore.open(tmp_path / "memory") as store, open_checkpointer("memory") as saver:
         graph = graph_with(model, store, saver)
         said(graph, FACT)
         imported(graph, "owner", with_fact(NEIGHBOUR, at=0))
         assert store.forget(extracted(store))
+        yield graph, model
+
+
+def test_an_archived_forgotten_turn_does_not_come_back_through_recall(tmp_path):
+    with forgotten_then_neighbour(tmp_path) as (graph, model):
         view = asked(graph, model, "owner", "我的银行卡密码是多少？记住了吗")
         assert SECRET not in view
         assert SESSION_INDEXES.settled(timeout=30)  # the next turn is indexed again, alone
@@ -112,12 +121,7 @@ def test_the_message_after_a_forgotten_turn_does_not_recognise_its_words(tmp_pat
     """Recall indexes a message with the one before it; the next turn's first message was
     indexed with the forgotten reply, and surfaced for the forgotten code, or for any three of
     its characters: a way to test guesses."""
-    model = EchoModel()
-    with MemoryStore.open(tmp_path / "memory") as store, open_checkpointer("memory") as saver:
-        graph = graph_with(model, store, saver)
-        said(graph, FACT)
-        imported(graph, "owner", with_fact(NEIGHBOUR, at=0))
-        assert store.forget(extracted(store))
+    with forgotten_then_neighbour(tmp_path) as (graph, model):
         # The round right after the forget, then one after the index was rebuilt without it.
         for guess in (SECRET, SECRET[1:]):
             view = asked(graph, model, "owner", guess)
