@@ -296,6 +296,24 @@ def test_the_turn_leaves_its_thread_s_view_whatever_ids_the_app_stamped(tmp_path
     assert NEIGHBOUR in sent(model)
 
 
+@pytest.mark.parametrize("corrected", [False, True], ids=["said again", "said again, corrected"])
+def test_a_fact_forgotten_said_again_and_forgotten_again_leaves_both_turns_out(tmp_path, corrected):
+    """The same words make the same memory id, so the second forget's tombstone (or the
+    correction's record of what it replaced) is written where the first tombstone was."""
+    model = EchoModel()
+    with MemoryStore.open(tmp_path / "memory") as store, open_checkpointer("memory") as saver:
+        graph = graph_with(model, store, saver, budget=100_000)
+        said(graph, FACT)
+        said(graph, "忘掉 我的银行卡密码")
+        said(graph, FACT)
+        if corrected:
+            said(graph, "更正：我的银行卡密码改成了0000")
+        said(graph, "忘掉 我的银行卡密码")
+        assert store.list() == [], "the chat forgot it twice"
+        said(graph, "我的银行卡密码是多少？")
+    assert SECRET not in sent(model)
+
+
 def opened_by(memory: MemoryItem) -> str | None:
     return memory.source.opening_id
 

@@ -156,6 +156,7 @@ class History:
         """Keep `item`, replaced by the memory `by` at `at` (idempotent)."""
         meta = {**item.metadata(), "state": _SUPERSEDED, "at": at, "superseded_by": by}
         ids = [str(item.id)]
+        self._keep_earlier_tombstones(ids)
         self.records().upsert(
             ids=ids,
             embeddings=_POINT,
@@ -178,10 +179,22 @@ class History:
         """
         if not ids:
             return
+        self._keep_earlier_tombstones(ids)
         self.records().delete(ids=ids)
         metas: list[Any] = [_tombstone(at, *scopes[i], sources.get(i)) for i in ids]
         self.records().add(ids=ids, embeddings=_POINT * len(ids), metadatas=metas)
         self._forget_links({i: (*scopes[i], at) for i in ids})
+
+    def _keep_earlier_tombstones(self, ids: list[str]) -> None:
+        """Before these ids' records are written again: a tombstone among them (a memory
+        forgotten, then said again in the same words, so under the same id) is kept under
+        an id of its own, so its turn stays forgotten."""
+        earlier = self.records().get(ids=ids, where={"state": _FORGOTTEN}, include=["metadatas"])
+        turns = [meta for meta in earlier["metadatas"] or [] if meta and Turn.recorded(meta)]
+        if turns:
+            self.records().add(
+                ids=[_link_id() for _ in turns], embeddings=_POINT * len(turns), metadatas=turns
+            )
 
     def restated(self, links: Mapping[str, Set[Turn]]) -> None:
         """Link these turns to the memory each said again (memory id → turns), once each.
@@ -293,7 +306,8 @@ class History:
 
 
 def _link_id() -> str:
-    """A link's record id: random, so nothing in it says which memory it was."""
+    """A record id of its own (a link's, or an earlier tombstone's kept beside a new one):
+    random, so nothing in it says which memory it was."""
     return f"{_STATED}:{uuid.uuid4().hex}"
 
 
