@@ -168,7 +168,10 @@ class Lifecycle:
         for change in changes:
             if change.action == "restate" and change.target and change.said_in:
                 _link(links, change.target, change.said_in)
-        for item, stored in self._stored_sources(adds):
+        # A background extraction's ids come from the extraction: the same id is its own
+        # re-run, the same turn. Only an id from the words can be another turn's.
+        by_words = [item for item in adds if not item.source.extraction]
+        for item, stored in self._stored_sources(by_words):
             _link(links, str(item.id), stored, item.source)
         if links:
             self._history.restated(links)
