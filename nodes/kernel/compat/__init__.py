@@ -123,8 +123,10 @@ def write_fixed_start(compiled: CompiledStateGraph[Any, Any, Any, Any]) -> None:
     node = compiled.nodes[START]
     for branch in compiled.builder.branches.get(START, {}).values():
         target = getattr(branch.path, ROUTES_TO, None)
+        if target is None:
+            continue
         for i, writer in enumerate(node.writers):
-            if target is None or getattr(writer, "func", None) != branch._route:
+            if getattr(writer, "func", None) != branch._route:
                 continue
             # The route's own writer names the channel (none for END).
             routed = cast(Any, writer).kwargs["writer"]([target])
